@@ -1,0 +1,149 @@
+/* attnc: an attention-operator compiler.
+ *
+ * A spec string names one attention variant and its shapes; attnc_compile
+ * turns it into a kernel (generated C, compiled by libtcc or the system C
+ * compiler).  Bind weights and inputs by name, then run.  Nothing here
+ * prints or exits: every failure comes back as an attnc_status and, where
+ * an attnc_error is passed, a message with a position and a fix.
+ */
+#ifndef ATTNC_H
+#define ATTNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTNC_VERSION_MAJOR 0
+#define ATTNC_VERSION_MINOR 1
+#define ATTNC_VERSION_PATCH 0
+#define ATTNC_VERSION "0.1.0"
+
+#define ATTNC_MAX_RANK 8
+
+typedef enum attnc_status {
+  ATTNC_OK = 0,
+  ATTNC_ESPEC,      /* the spec is malformed or impossible */
+  ATTNC_EGEN,       /* the generator failed (a bug: please report) */
+  ATTNC_ECOMPILE,   /* the C compiler rejected the generated code */
+  ATTNC_EBIND,      /* a tensor has the wrong name, shape or dtype */
+  ATTNC_EMISSING,   /* a tensor the kernel needs was not bound */
+  ATTNC_EIO,        /* a file could not be read or written */
+  ATTNC_EFORMAT,    /* a file is not valid safetensors */
+  ATTNC_ENOMEM,     /* out of memory */
+  ATTNC_EARG        /* a bad argument to an API call */
+} attnc_status;
+
+typedef struct attnc_error {
+  attnc_status code;
+  char where[256];   /* "spec:1:12" for spec errors, "" otherwise */
+  int line, col;     /* 1-based position in the spec, 0 when none */
+  char message[1024];/* what is wrong and how to fix it */
+} attnc_error;
+
+typedef enum attnc_dtype {
+  ATTNC_F32 = 0, ATTNC_F64, ATTNC_F16, ATTNC_BF16,
+  ATTNC_I8, ATTNC_I16, ATTNC_I32, ATTNC_I64,
+  ATTNC_U8, ATTNC_U16, ATTNC_U32, ATTNC_U64, ATTNC_BOOL
+} attnc_dtype;
+
+/* A view of a dense row-major tensor; attnc never frees data. */
+typedef struct attnc_tensor {
+  attnc_dtype dtype;
+  int rank;
+  int64_t shape[ATTNC_MAX_RANK];
+  void *data;
+} attnc_tensor;
+
+typedef enum attnc_backend {
+  ATTNC_BACKEND_DEFAULT = 0, /* ATTNC_BACKEND env var, else tcc */
+  ATTNC_BACKEND_TCC,         /* libtcc, in memory */
+  ATTNC_BACKEND_CC           /* system C compiler -> shared object */
+} attnc_backend;
+
+typedef struct attnc_options {
+  attnc_backend backend;
+  int threads;              /* 0: ATTNC_THREADS env var, else 1 */
+  const char *spec_name;    /* position prefix in errors; NULL: "spec" */
+} attnc_options;
+
+typedef struct attnc_kernel attnc_kernel;
+typedef struct attnc_bindings attnc_bindings;
+typedef struct attnc_safetensors attnc_safetensors;
+
+/* ---- compiling ---- */
+/* Compile a spec; NULL and a filled err on failure.  Equal canonical specs share one kernel. */
+attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_error *err);
+/* The generated C of a kernel. */
+const char *attnc_source(const attnc_kernel *k);
+/* The generated header of a kernel (for AOT builds). */
+const char *attnc_header(const attnc_kernel *k);
+/* The canonical spec: equal for every spelling of the same variant. */
+const char *attnc_canonical(const attnc_kernel *k);
+/* The C symbol prefix of the kernel (spec key `name`). */
+const char *attnc_name(const attnc_kernel *k);
+/* Which backend compiled it. */
+attnc_backend attnc_kernel_backend(const attnc_kernel *k);
+/* Drop one reference; the last one frees the kernel. */
+void attnc_release(attnc_kernel *k);
+
+/* Parse and canonicalise a spec without compiling; writes at most n bytes. */
+attnc_status attnc_spec_canonical(const char *spec, const attnc_options *opts,
+                                  char *buf, size_t n, attnc_error *err);
+/* Generate C and header without compiling (caller frees both with free()). */
+attnc_status attnc_generate(const char *spec, const attnc_options *opts,
+                            char **source, char **header, attnc_error *err);
+/* A human-readable description: tensors, shapes, bytes, FLOPs (caller frees). */
+attnc_status attnc_explain(const char *spec, const attnc_options *opts,
+                           const char *const *dim_names, const int64_t *dim_values, int ndims,
+                           char **text, attnc_error *err);
+
+/* ---- binding and running ---- */
+/* A set of tensors for one kernel: weights, inputs, and named-dim sizes. */
+attnc_bindings *attnc_bindings_new(attnc_kernel *k);
+void attnc_bindings_free(attnc_bindings *b);
+/* Bind a tensor by name: an input (x, kv, bias, mask, q, k, v) or a weight
+ * under any naming scheme (linear_q.weight, q_proj.weight, in_proj_weight, ...). */
+attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err);
+/* Bind every tensor of a safetensors file whose name (after prefix) the kernel uses;
+ * others are ignored.  *nbound (may be NULL) gets the count. */
+attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *f,
+                                    const char *prefix, int *nbound, attnc_error *err);
+/* Set a named dim (for example S) explicitly; usually inferred from the inputs. */
+attnc_status attnc_bind_dim(attnc_bindings *b, const char *name, int64_t value, attnc_error *err);
+/* Check everything is bound and consistent; fill the output's dtype, rank and shape. */
+attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_error *err);
+/* Run: out->data must hold the shape attnc_output_shape gives. */
+attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err);
+
+/* ---- names of the kernel's tensors ---- */
+/* Number of dims the spec names (B, S, ...) and their names. */
+int attnc_dim_count(const attnc_kernel *k);
+const char *attnc_dim_name(const attnc_kernel *k, int i);
+
+/* ---- safetensors ---- */
+attnc_safetensors *attnc_st_open(const char *path, attnc_error *err);
+attnc_safetensors *attnc_st_from_memory(const void *buf, size_t n, attnc_error *err);
+size_t attnc_st_count(const attnc_safetensors *f);
+const char *attnc_st_name(const attnc_safetensors *f, size_t i);
+/* Fill t with tensor i (data points into f; valid until attnc_st_close). */
+attnc_status attnc_st_get(const attnc_safetensors *f, size_t i, attnc_tensor *t);
+/* Find by name; ATTNC_EMISSING if absent. */
+attnc_status attnc_st_find(const attnc_safetensors *f, const char *name, attnc_tensor *t);
+void attnc_st_close(attnc_safetensors *f);
+/* Write n named tensors to path atomically (temp file + rename). */
+attnc_status attnc_st_write(const char *path, size_t n, const char *const *names,
+                            const attnc_tensor *tensors, attnc_error *err);
+
+/* ---- misc ---- */
+const char *attnc_strerror(attnc_status s);
+const char *attnc_dtype_name(attnc_dtype d);   /* "F32", ... as in safetensors */
+size_t attnc_dtype_size(attnc_dtype d);
+int attnc_dtype_parse(const char *s, attnc_dtype *d); /* 1 on success */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
