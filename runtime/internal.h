@@ -15,4 +15,54 @@ attnc_status attnc_err_set(attnc_error *err, attnc_status code, const char *fmt,
 /* Clear err to ATTNC_OK. */
 void attnc_err_clear(attnc_error *err);
 
+#include "../templates/abi.h"
+
+/* A dim in a tensor signature: > 0 is a constant size; < 0 is named dim
+ * number -(d + 1). */
+typedef struct attnc_shape {
+  int rank;
+  int64_t dim[ATTNC_MAX_RANK];
+} attnc_shape;
+
+/* What the generator returns for one spec. */
+typedef struct attnc_gen {
+  char *canonical, *name, *source, *header;
+  attnc_dtype dtype;
+  int ndims;
+  char **dim_names;
+  int used[ATTNC_SLOT_COUNT];
+  attnc_shape shape[ATTNC_SLOT_COUNT];
+  attnc_shape out;
+  int has_mask;
+  attnc_shape mask;        /* batch axes then Sk */
+  /* the semantics, for the reference checker and explain */
+  int core, rank, axis, self, heads, kv_heads, head_dim, qkv_bias, out_bias;
+  int gated, global, global_masked, causal, has_window, empty_rows;
+  int64_t window_l, window_r, c_in, c_kv;
+  double scale;
+  int has_bias;
+  attnc_shape bias;
+} attnc_gen;
+
+/* host.c: run the embedded Lua generator. */
+attnc_status attnc_host_generate(const char *spec, const char *spec_name, attnc_gen *g, attnc_error *err);
+attnc_status attnc_host_canonical(const char *spec, const char *spec_name, char **canonical, attnc_error *err);
+void attnc_gen_free(attnc_gen *g);
+
+typedef int (*attnc_kernel_fn)(const attnc_args *args);
+
+/* jit.c: compile generated C to a callable kernel. */
+attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fn *fn, attnc_error *err);
+void attnc_jit_tcc_free(void *state);
+attnc_status attnc_jit_cc(const attnc_gen *g, void **handle, attnc_kernel_fn *fn, attnc_error *err);
+void attnc_jit_cc_free(void *handle);
+
+/* kernel.c */
+const attnc_gen *attnc_kernel_gen(const attnc_kernel *k);
+/* The resolved named dims of bindings (after attnc_output_shape). */
+const int64_t *attnc_bindings_dims(const attnc_bindings *b);
+
+/* Slot names for messages ("x", "wq", ...). */
+const char *attnc_slot_name(int slot);
+
 #endif

@@ -1,0 +1,130 @@
+# attnc build.  `make` builds the library and CLI, `make demo` and
+# `make test` do everything a fresh Debian 12 machine needs first.
+# `make V=1` shows full commands.
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+OPT     ?= -O2 -g
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter -Wno-format-truncation
+LUA_CFLAGS := -I/usr/include/lua5.4
+CFLAGS  += -std=c99 $(OPT) $(WARN) -fPIC -pthread
+CPPFLAGS += -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Iruntime $(LUA_CFLAGS)
+LDLIBS  := -llua5.4 -ltcc -ldl -lm -lpthread
+
+B := build
+DEB_PKGS := liblua5.4-dev libtcc-dev libcmocka-dev
+DEB_HEADERS := /usr/include/lua5.4/lua.h /usr/include/libtcc.h /usr/include/cmocka.h
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+GEN_SRC  := $(sort $(wildcard gen/*.lua))
+TMPL_SRC := $(sort $(wildcard templates/*))
+LIB_SRC  := runtime/error.c runtime/host.c runtime/jit.c runtime/kernel.c runtime/safetensors.c runtime/explain.c
+LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
+TESTS    := test_spec test_safetensors test_reference test_kernels test_golden test_specs test_cli
+SPECS    := $(sort $(wildcard specs/*.attn))
+
+.PHONY: all deps demo test aot bench install clean check-deps
+all: deps $(B)/libattnc.a $(B)/libattnc.so $(B)/attnc
+
+# ---- set-up: install the Debian packages we build against ----
+deps: $(B)/.deps
+$(B)/.deps:
+	@missing=""; for h in $(DEB_HEADERS); do [ -f $$h ] || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "attnc: installing $(DEB_PKGS)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PKGS) >/dev/null || exit 1; \
+	  else \
+	    echo "attnc: missing build dependencies; run:"; \
+	    echo "  sudo apt-get install -y $(DEB_PKGS)"; exit 1; \
+	  fi; \
+	fi
+	@mkdir -p $(B) && touch $@
+
+# ---- the library ----
+$(B)/embed: tools/embed.c | $(B)/.deps
+	@mkdir -p $(B)
+	@echo "  CC      $@"
+	$(Q)$(CC) -std=c99 -O1 -Wall -Wextra -o $@ $<
+
+$(B)/embedded.c: $(B)/embed $(GEN_SRC) $(TMPL_SRC)
+	@echo "  EMBED   $@"
+	$(Q)$(B)/embed $@ . $(GEN_SRC) $(TMPL_SRC)
+
+$(B)/obj/%.o: runtime/%.c runtime/attnc.h runtime/internal.h templates/abi.h | $(B)/.deps
+	@mkdir -p $(B)/obj
+	@echo "  CC      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(B)/obj/embedded.o: $(B)/embedded.c
+	@mkdir -p $(B)/obj
+	@echo "  CC      $@"
+	$(Q)$(CC) -std=c99 -O0 -fPIC -c -o $@ $<
+
+$(B)/libattnc.a: $(LIB_OBJ)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(B)/libattnc.so: $(LIB_OBJ)
+	@echo "  LD      $@"
+	$(Q)$(CC) -shared -pthread -o $@ $^ $(LDLIBS)
+
+# ---- the CLI (links the float64 reference for `attnc check`) ----
+$(B)/attnc: cli/attnc.c tests/reference.c tests/reference.h $(B)/libattnc.a
+	@echo "  CC      $@"
+	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ cli/attnc.c tests/reference.c $(B)/libattnc.a $(LDLIBS)
+
+# ---- tests ----
+$(B)/tests/%: tests/%.c tests/reference.c tests/reference.h tests/testutil.h $(B)/libattnc.a
+	@mkdir -p $(B)/tests
+	@echo "  CC      $@"
+	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< tests/reference.c $(B)/libattnc.a $(LDLIBS) -lcmocka
+
+test: all $(TESTS:%=$(B)/tests/%)
+	@export ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache; fail=0; \
+	for t in $(TESTS); do \
+	  echo "== $$t"; \
+	  ATTNC=$(CURDIR)/$(B)/attnc $(B)/tests/$$t || fail=1; \
+	done; \
+	if [ $$fail = 0 ]; then echo "attnc: all test programs passed"; else echo "attnc: some tests FAILED"; exit 1; fi
+
+# ---- demo: JIT an example spec, check it against the reference, show the code ----
+DEMO_SPEC := specs/gpt_decoder.attn
+demo: all
+	@echo "== attnc explain @$(DEMO_SPEC) --dim B=2 --dim S=33"
+	@$(B)/attnc explain @$(DEMO_SPEC) --dim B=2 --dim S=33
+	@echo
+	@echo "== attnc check @$(DEMO_SPEC) --dim B=2 --dim S=33   (JIT with libtcc, compared with the float64 reference)"
+	@$(B)/attnc check @$(DEMO_SPEC) --dim B=2 --dim S=33
+	@echo
+	@echo "== attnc show @$(DEMO_SPEC)   (the attention loop of the generated C)"
+	@$(B)/attnc show @$(DEMO_SPEC) | sed -n '/2. Split heads/,/7. Weighted sum/p'
+
+# ---- AOT: every spec file -> C -> one static library ----
+AOT_DIR := $(B)/aot
+aot: $(AOT_DIR)/libattnc_kernels.a
+$(AOT_DIR)/libattnc_kernels.a: $(B)/attnc $(SPECS)
+	@mkdir -p $(AOT_DIR)/src $(AOT_DIR)/obj
+	$(Q)set -e; objs=""; for s in $(SPECS); do \
+	  n=$$($(B)/attnc gen @$$s -o $(AOT_DIR)/src --print-name); \
+	  echo "  AOT     $$s -> $(AOT_DIR)/src/$$n.c"; \
+	  $(CC) -std=c99 -O2 -Wall -Wextra -Werror -fPIC -c -o $(AOT_DIR)/obj/$$n.o $(AOT_DIR)/src/$$n.c; \
+	  objs="$$objs $(AOT_DIR)/obj/$$n.o"; \
+	done; rm -f $@; ar rcs $@ $$objs
+	@echo "  AR      $@"
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(B)/attnc $(DESTDIR)$(PREFIX)/bin/attnc
+	install -m 644 $(B)/libattnc.a $(DESTDIR)$(PREFIX)/lib/libattnc.a
+	install -m 755 $(B)/libattnc.so $(DESTDIR)$(PREFIX)/lib/libattnc.so
+	install -m 644 runtime/attnc.h $(DESTDIR)$(PREFIX)/include/attnc.h
+
+clean:
+	rm -rf $(B)

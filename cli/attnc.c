@@ -1,0 +1,591 @@
+/* attnc: the command line.  Prints errors like a compiler:
+ *   spec:LINE:COL: error: ...   for spec errors
+ *   attnc: error: ...           for everything else */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "attnc.h"
+#include "internal.h"
+#include "reference.h"
+
+#define MAX_FILES 32
+#define MAX_DIMS 32
+
+static const char *USAGE =
+  "usage: attnc COMMAND SPEC [options]\n"
+  "\n"
+  "SPEC is a spec string (quote it) or @FILE.\n"
+  "\n"
+  "commands:\n"
+  "  run      load weights and inputs from safetensors, write out\n"
+  "  check    random weights and inputs vs the float64 reference\n"
+  "  gen      write NAME.c and NAME.h for an ahead-of-time build\n"
+  "  show     print the generated C\n"
+  "  explain  canonical spec, tensors, bytes, FLOPs\n"
+  "  bench    time the kernel\n"
+  "\n"
+  "`attnc COMMAND --help` describes each.\n";
+
+struct cli {
+  const char *cmd;
+  char *spec;
+  char spec_name[512];
+  const char *files[MAX_FILES];
+  int nfiles;
+  const char *out, *prefix, *outdir;
+  const char *dim_names[MAX_DIMS];
+  int64_t dim_values[MAX_DIMS];
+  int ndims;
+  unsigned long seed;
+  int print_name, header, json, threads, runs;
+  attnc_backend backend;
+};
+
+static void print_error(const attnc_error *e)
+{
+  if (e->where[0]) fprintf(stderr, "%s: error: %s\n", e->where, e->message);
+  else fprintf(stderr, "attnc: error: %s\n", e->message);
+}
+
+static int fail(const char *fmt, const char *arg)
+{
+  fprintf(stderr, "attnc: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  return 2;
+}
+
+static const char *help_for(const char *cmd)
+{
+  if (strcmp(cmd, "run") == 0)
+    return "usage: attnc run SPEC --tensors FILE... --out FILE [--prefix P] [--backend tcc|cc] [--threads N]\n"
+           "Binds weights and inputs by name from safetensors files (linear_q.weight, q_proj.weight,\n"
+           "in_proj_weight, ...; inputs x, kv, bias, mask, q, k, v), infers named dims from the\n"
+           "inputs' shapes, runs the kernel and writes the tensor `out`.  --tensors may repeat.\n";
+  if (strcmp(cmd, "check") == 0)
+    return "usage: attnc check SPEC [--dim NAME=N]... [--seed N] [--backend tcc|cc]\n"
+           "Random weights and inputs, compared with the float64 reference; prints the max error.\n"
+           "Exit status 1 on a mismatch.  Unset named dims default to 7.\n";
+  if (strcmp(cmd, "gen") == 0)
+    return "usage: attnc gen SPEC -o DIR [--print-name]\n"
+           "Writes DIR/NAME.c and DIR/NAME.h, which compile with any C99 compiler.\n";
+  if (strcmp(cmd, "show") == 0)
+    return "usage: attnc show SPEC [--header]\nPrints the generated C (or its header).\n";
+  if (strcmp(cmd, "explain") == 0)
+    return "usage: attnc explain SPEC [--dim NAME=N]...\n"
+           "Prints the canonical spec, every tensor with its shape and bytes, FLOPs and memory.\n";
+  if (strcmp(cmd, "bench") == 0)
+    return "usage: attnc bench SPEC [--backend tcc|cc] [--threads N] [--dim NAME=N]... [--runs N] [--json]\n"
+           "Times the kernel: median of repeated runs after a warm-up.\n";
+  return NULL;
+}
+
+static char *read_file(const char *path)
+{
+  FILE *f = fopen(path, "rb");
+  char *buf;
+  long n;
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return NULL; }
+  buf = malloc((size_t)n + 1);
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+  fclose(f);
+  if (buf) buf[n] = '\0';
+  return buf;
+}
+
+static int parse_args(struct cli *c, int argc, char **argv)
+{
+  int i;
+  for (i = 3; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = (i + 1 < argc) ? argv[i + 1] : NULL;
+    if (strcmp(a, "--tensors") == 0 && v) {
+      if (c->nfiles == MAX_FILES) return fail("too many --tensors files (limit 32)%s", "");
+      c->files[c->nfiles++] = v; i++;
+    } else if (strcmp(a, "--out") == 0 && v) { c->out = v; i++; }
+    else if (strcmp(a, "--prefix") == 0 && v) { c->prefix = v; i++; }
+    else if (strcmp(a, "-o") == 0 && v) { c->outdir = v; i++; }
+    else if (strcmp(a, "--seed") == 0 && v) { c->seed = strtoul(v, NULL, 10); i++; }
+    else if (strcmp(a, "--runs") == 0 && v) { c->runs = atoi(v); i++; }
+    else if (strcmp(a, "--threads") == 0 && v) {
+      c->threads = atoi(v); i++;
+      if (c->threads < 1) return fail("--threads needs a positive number, got '%s'", v);
+    } else if (strcmp(a, "--backend") == 0 && v) {
+      if (strcmp(v, "tcc") == 0) c->backend = ATTNC_BACKEND_TCC;
+      else if (strcmp(v, "cc") == 0) c->backend = ATTNC_BACKEND_CC;
+      else return fail("unknown backend '%s' (use tcc or cc)", v);
+      i++;
+    } else if (strcmp(a, "--dim") == 0 && v) {
+      const char *eq = strchr(v, '=');
+      char *end;
+      long long n;
+      if (!eq || eq == v) return fail("--dim needs NAME=N, got '%s'", v);
+      if (c->ndims == MAX_DIMS) return fail("too many --dim options%s", "");
+      errno = 0;
+      n = strtoll(eq + 1, &end, 10);
+      if (errno || *end || n < 1 || n >= (1LL << 31)) return fail("--dim %s: the size must be an integer from 1 to 2^31-1", v);
+      c->dim_names[c->ndims] = strndup(v, (size_t)(eq - v));
+      c->dim_values[c->ndims++] = n;
+      i++;
+    } else if (strcmp(a, "--print-name") == 0) c->print_name = 1;
+    else if (strcmp(a, "--header") == 0) c->header = 1;
+    else if (strcmp(a, "--json") == 0) c->json = 1;
+    else {
+      fprintf(stderr, "attnc: error: unknown or incomplete option '%s' for '%s'\n%s", a, c->cmd, help_for(c->cmd));
+      return 2;
+    }
+  }
+  return 0;
+}
+
+static int compile_spec(struct cli *c, attnc_kernel **k)
+{
+  attnc_options o = { c->backend, c->threads, c->spec_name };
+  attnc_error e;
+  *k = attnc_compile(c->spec, &o, &e);
+  if (!*k) { print_error(&e); return 1; }
+  return 0;
+}
+
+/* ---- show, gen, explain ---- */
+
+static int cmd_show(struct cli *c)
+{
+  attnc_options o = { c->backend, c->threads, c->spec_name };
+  attnc_error e;
+  char *src = NULL, *hdr = NULL;
+  if (attnc_generate(c->spec, &o, &src, &hdr, &e) != ATTNC_OK) { print_error(&e); return 1; }
+  fputs(c->header ? hdr : src, stdout);
+  free(src);
+  free(hdr);
+  return 0;
+}
+
+static int write_text(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "w");
+  int ok;
+  if (!f) { fprintf(stderr, "attnc: error: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+  ok = fputs(text, f) >= 0;
+  ok = (fclose(f) == 0) && ok;
+  if (!ok) { fprintf(stderr, "attnc: error: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+  return 0;
+}
+
+static int cmd_gen(struct cli *c)
+{
+  attnc_options o = { c->backend, c->threads, c->spec_name };
+  attnc_error e;
+  char *src = NULL, *hdr = NULL, canon[8192], path[4096];
+  const char *name;
+  int rc;
+  if (!c->outdir) return fail("gen needs -o DIR%s", "");
+  if (attnc_spec_canonical(c->spec, &o, canon, sizeof canon, &e) != ATTNC_OK ||
+      attnc_generate(c->spec, &o, &src, &hdr, &e) != ATTNC_OK) {
+    print_error(&e);
+    return 1;
+  }
+  name = strstr(canon, " name=");
+  name = name ? name + 6 : "kernel";
+  if (mkdir(c->outdir, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "attnc: error: cannot create %s: %s\n", c->outdir, strerror(errno));
+    rc = 1;
+  } else {
+    snprintf(path, sizeof path, "%s/%s.c", c->outdir, name);
+    rc = write_text(path, src);
+    snprintf(path, sizeof path, "%s/%s.h", c->outdir, name);
+    if (!rc) rc = write_text(path, hdr);
+  }
+  if (!rc && c->print_name) printf("%s\n", name);
+  else if (!rc) printf("wrote %s/%s.c and %s/%s.h\n", c->outdir, name, c->outdir, name);
+  free(src);
+  free(hdr);
+  return rc;
+}
+
+static int cmd_explain(struct cli *c)
+{
+  attnc_options o = { c->backend, c->threads, c->spec_name };
+  attnc_error e;
+  char *text = NULL;
+  if (attnc_explain(c->spec, &o, c->dim_names, c->dim_values, c->ndims, &text, &e) != ATTNC_OK) {
+    print_error(&e);
+    return 1;
+  }
+  fputs(text, stdout);
+  free(text);
+  return 0;
+}
+
+/* ---- run ---- */
+
+static int cmd_run(struct cli *c)
+{
+  attnc_kernel *k;
+  attnc_bindings *b;
+  attnc_safetensors *files[MAX_FILES];
+  attnc_error e;
+  attnc_tensor out;
+  int i, rc = 1, total = 0;
+  if (c->nfiles == 0) return fail("run needs --tensors FILE (weights and inputs)%s", "");
+  if (!c->out) return fail("run needs --out FILE%s", "");
+  if (compile_spec(c, &k)) return 1;
+  b = attnc_bindings_new(k);
+  memset(files, 0, sizeof files);
+  memset(&out, 0, sizeof out);
+  if (!b) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+  for (i = 0; i < c->ndims; i++)
+    if (attnc_bind_dim(b, c->dim_names[i], c->dim_values[i], &e) != ATTNC_OK) { print_error(&e); goto done; }
+  for (i = 0; i < c->nfiles; i++) {
+    int n = 0;
+    files[i] = attnc_st_open(c->files[i], &e);
+    if (!files[i]) { print_error(&e); goto done; }
+    if (attnc_bind_safetensors(b, files[i], c->prefix, &n, &e) != ATTNC_OK) {
+      fprintf(stderr, "attnc: error: %s: %s\n", c->files[i], e.message);
+      goto done;
+    }
+    total += n;
+  }
+  if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  {
+    size_t n = attnc_dtype_size(out.dtype);
+    const char *name = "out";
+    for (i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
+    out.data = malloc(n ? n : 1);
+    if (!out.data) { fprintf(stderr, "attnc: error: out of memory for the output (%zu bytes)\n", n); goto done; }
+    if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+    if (attnc_st_write(c->out, 1, &name, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  }
+  rc = 0;
+done:
+  free(out.data);
+  for (i = 0; i < c->nfiles; i++) attnc_st_close(files[i]);
+  attnc_bindings_free(b);
+  attnc_release(k);
+  (void)total;
+  return rc;
+}
+
+/* ---- check ---- */
+
+static uint64_t rng_state;
+static double uniform(void)
+{
+  /* xorshift64*: reproducible from --seed, no libc rand() state */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return (double)((rng_state * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+struct buf {
+  attnc_tensor t;
+  double *ref;
+};
+
+static int make_tensor(struct buf *bf, attnc_dtype dt, const attnc_shape *sh, const int64_t *dims, double lo_keep)
+{
+  size_t n = 1, i;
+  int a;
+  bf->t.dtype = dt;
+  bf->t.rank = sh->rank;
+  for (a = 0; a < sh->rank; a++) {
+    bf->t.shape[a] = sh->dim[a] > 0 ? sh->dim[a] : dims[-sh->dim[a] - 1];
+    n *= (size_t)bf->t.shape[a];
+  }
+  bf->t.data = malloc(n * attnc_dtype_size(dt) + 1);
+  bf->ref = malloc(n * sizeof(double) + 1);
+  if (!bf->t.data || !bf->ref) return -1;
+  for (i = 0; i < n; i++) {
+    double v = uniform();
+    if (lo_keep > 0) v = (v * 0.5 + 0.5) < lo_keep ? 1.0 : 0.0; /* a mask: keep with probability lo_keep */
+    if (dt == ATTNC_F32) { ((float *)bf->t.data)[i] = (float)v; bf->ref[i] = (double)(float)v; }
+    else if (dt == ATTNC_F64) { ((double *)bf->t.data)[i] = v; bf->ref[i] = v; }
+    else { ((unsigned char *)bf->t.data)[i] = v != 0; bf->ref[i] = v; }
+  }
+  return 0;
+}
+
+static int cmd_check(struct cli *c)
+{
+  attnc_kernel *k;
+  attnc_bindings *b = NULL;
+  const attnc_gen *g;
+  attnc_error e;
+  struct buf bufs[ATTNC_SLOT_COUNT];
+  attnc_tensor out;
+  ref_problem p;
+  ref_tensors rt;
+  int64_t dims[64];
+  double *ref_out = NULL, max_abs = 0, max_ref = 0, worst = 0;
+  int i, slot, rc = 2, defaulted = 0;
+  size_t n, j;
+  memset(bufs, 0, sizeof bufs);
+  memset(&out, 0, sizeof out);
+  rng_state = c->seed ? c->seed * 0x9E3779B97F4A7C15ULL : 0x1234567ULL;
+  if (compile_spec(c, &k)) return 2;
+  g = attnc_kernel_gen(k);
+  for (i = 0; i < g->ndims; i++) {
+    int d;
+    dims[i] = 7;
+    for (d = 0; d < c->ndims; d++)
+      if (strcmp(c->dim_names[d], g->dim_names[i]) == 0) { dims[i] = c->dim_values[d]; break; }
+    if (d == c->ndims) defaulted = 1;
+  }
+  for (i = 0; i < c->ndims; i++) {
+    int d, found = 0;
+    for (d = 0; d < g->ndims; d++) found |= strcmp(c->dim_names[i], g->dim_names[d]) == 0;
+    if (!found) { fprintf(stderr, "attnc: error: the spec has no named dim '%s'\n", c->dim_names[i]); goto done; }
+  }
+  if (defaulted) {
+    fprintf(stdout, "named dims:");
+    for (i = 0; i < g->ndims; i++) fprintf(stdout, " %s=%lld", g->dim_names[i], (long long)dims[i]);
+    fprintf(stdout, " (unset ones default to 7; use --dim NAME=N)\n");
+  }
+  b = attnc_bindings_new(k);
+  if (!b) goto done;
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+    if (!g->used[slot]) continue;
+    if (make_tensor(&bufs[slot], slot == ATTNC_SLOT_MASK ? ATTNC_U8 : g->dtype,
+                    slot == ATTNC_SLOT_MASK ? &g->mask : &g->shape[slot], dims, slot == ATTNC_SLOT_MASK ? 0.8 : 0) != 0) {
+      fprintf(stderr, "attnc: error: out of memory\n");
+      goto done;
+    }
+    if (attnc_bind(b, attnc_slot_name(slot), &bufs[slot].t, &e) != ATTNC_OK) {
+      /* weights are bound under their AlphaFold names */
+      static const char *wn[] = { "linear_q.weight", "linear_q.bias", "linear_k.weight", "linear_k.bias",
+                                  "linear_v.weight", "linear_v.bias", "linear_g.weight", "linear_g.bias",
+                                  "linear_o.weight", "linear_o.bias" };
+      if (slot < ATTNC_SLOT_WQ || attnc_bind(b, wn[slot - ATTNC_SLOT_WQ], &bufs[slot].t, &e) != ATTNC_OK) {
+        print_error(&e);
+        goto done;
+      }
+    }
+  }
+  if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  n = 1;
+  for (i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
+  out.data = malloc(n * attnc_dtype_size(out.dtype) + 1);
+  ref_out = malloc(n * sizeof(double) + 1);
+  if (!out.data || !ref_out) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+  if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+
+  memset(&p, 0, sizeof p);
+  memset(&rt, 0, sizeof rt);
+  p.core = g->core;
+  if (g->core) {
+    const attnc_tensor *q = &bufs[ATTNC_SLOT_Q].t, *kk = &bufs[ATTNC_SLOT_K].t;
+    p.rank = q->rank;
+    for (i = 0; i < q->rank; i++) { p.x[i] = (long)q->shape[i]; p.kv[i] = (long)kk->shape[i]; }
+    rt.q = bufs[ATTNC_SLOT_Q].ref; rt.k = bufs[ATTNC_SLOT_K].ref; rt.v = bufs[ATTNC_SLOT_V].ref;
+  } else {
+    const attnc_tensor *x = &bufs[ATTNC_SLOT_X].t, *kv = g->self ? x : &bufs[ATTNC_SLOT_KV].t;
+    p.rank = x->rank;
+    for (i = 0; i < x->rank; i++) { p.x[i] = (long)x->shape[i]; p.kv[i] = (long)kv->shape[i]; }
+    p.attn_axis = g->axis;
+    rt.x = bufs[ATTNC_SLOT_X].ref;
+    rt.kv = g->self ? NULL : bufs[ATTNC_SLOT_KV].ref;
+    rt.wq = bufs[ATTNC_SLOT_WQ].ref; rt.bq = bufs[ATTNC_SLOT_BQ].ref;
+    rt.wk = bufs[ATTNC_SLOT_WK].ref; rt.bk = bufs[ATTNC_SLOT_BK].ref;
+    rt.wv = bufs[ATTNC_SLOT_WV].ref; rt.bv = bufs[ATTNC_SLOT_BV].ref;
+    rt.wg = bufs[ATTNC_SLOT_WG].ref; rt.bg = bufs[ATTNC_SLOT_BG].ref;
+    rt.wo = bufs[ATTNC_SLOT_WO].ref; rt.bo = bufs[ATTNC_SLOT_BO].ref;
+  }
+  p.H = g->heads; p.G = g->kv_heads; p.c = g->head_dim;
+  p.qkv_bias = g->qkv_bias; p.out_bias = g->out_bias; p.gated = g->gated;
+  p.global = g->global; p.global_masked = g->global_masked;
+  if (g->has_bias) {
+    const attnc_tensor *bt = &bufs[ATTNC_SLOT_BIAS].t;
+    p.has_bias = 1; p.bias_rank = bt->rank;
+    for (i = 0; i < bt->rank; i++) p.bias[i] = (long)bt->shape[i];
+    rt.bias = bufs[ATTNC_SLOT_BIAS].ref;
+  }
+  if (g->has_mask) {
+    const attnc_tensor *mt = &bufs[ATTNC_SLOT_MASK].t;
+    p.has_mask = 1; p.mask_rank = mt->rank;
+    for (i = 0; i < mt->rank; i++) p.mask[i] = (long)mt->shape[i];
+    rt.mask = bufs[ATTNC_SLOT_MASK].ref;
+  }
+  p.causal = g->causal;
+  p.has_window = g->has_window; p.wl = (long)g->window_l; p.wr = (long)g->window_r;
+  p.scale = g->scale;
+  p.empty_rows = g->empty_rows;
+  if (ref_attention(&p, &rt, ref_out) != 0) {
+    fprintf(stderr, "attnc: error: the reference rejected this problem (a bug: please report)\n");
+    goto done;
+  }
+  for (j = 0; j < n; j++) {
+    double got = out.dtype == ATTNC_F32 ? (double)((float *)out.data)[j] : ((double *)out.data)[j];
+    double want = ref_out[j], d = fabs(got - want);
+    if (isnan(want) && isnan(got)) continue;
+    if (isnan(want) != isnan(got)) d = INFINITY;
+    if (d > max_abs) max_abs = d;
+    if (fabs(want) > max_ref) max_ref = fabs(want);
+  }
+  {
+    double rtol = g->dtype == ATTNC_F32 ? 1e-4 : 1e-10, atol = g->dtype == ATTNC_F32 ? 1e-5 : 1e-12;
+    worst = max_abs / (atol + rtol * (max_ref > 1 ? max_ref : 1));
+    printf("%s\n", attnc_canonical(k));
+    printf("backend %s: %zu outputs, max abs error %.3g (max |ref| %.3g, tolerance %.3g): %s\n",
+           attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc", n, max_abs, max_ref,
+           atol + rtol * (max_ref > 1 ? max_ref : 1), worst <= 1 ? "OK" : "MISMATCH");
+    rc = worst <= 1 ? 0 : 1;
+  }
+done:
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) { free(bufs[slot].t.data); free(bufs[slot].ref); }
+  free(out.data);
+  free(ref_out);
+  attnc_bindings_free(b);
+  attnc_release(k);
+  return rc;
+}
+
+/* ---- bench ---- */
+
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int cmd_bench(struct cli *c)
+{
+  attnc_kernel *k;
+  attnc_bindings *b = NULL;
+  const attnc_gen *g;
+  attnc_error e;
+  struct buf bufs[ATTNC_SLOT_COUNT];
+  attnc_tensor out;
+  int64_t dims[64];
+  double t0, compile_ms, *times = NULL, flops = 0;
+  int i, slot, rc = 1, runs = c->runs > 0 ? c->runs : 10;
+  char *text = NULL;
+  memset(bufs, 0, sizeof bufs);
+  memset(&out, 0, sizeof out);
+  rng_state = 42;
+  t0 = now_ms();
+  if (compile_spec(c, &k)) return 1;
+  compile_ms = now_ms() - t0;
+  g = attnc_kernel_gen(k);
+  for (i = 0; i < g->ndims; i++) {
+    int d;
+    dims[i] = 128;
+    for (d = 0; d < c->ndims; d++)
+      if (strcmp(c->dim_names[d], g->dim_names[i]) == 0) dims[i] = c->dim_values[d];
+  }
+  b = attnc_bindings_new(k);
+  if (!b) goto done;
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+    static const char *wn[] = { "linear_q.weight", "linear_q.bias", "linear_k.weight", "linear_k.bias",
+                                "linear_v.weight", "linear_v.bias", "linear_g.weight", "linear_g.bias",
+                                "linear_o.weight", "linear_o.bias" };
+    if (!g->used[slot]) continue;
+    if (make_tensor(&bufs[slot], slot == ATTNC_SLOT_MASK ? ATTNC_U8 : g->dtype,
+                    slot == ATTNC_SLOT_MASK ? &g->mask : &g->shape[slot], dims, slot == ATTNC_SLOT_MASK ? 0.9 : 0) != 0)
+      goto done;
+    if (attnc_bind(b, slot >= ATTNC_SLOT_WQ ? wn[slot - ATTNC_SLOT_WQ] : attnc_slot_name(slot), &bufs[slot].t, &e) != ATTNC_OK) {
+      print_error(&e);
+      goto done;
+    }
+  }
+  if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  {
+    size_t n = attnc_dtype_size(out.dtype);
+    for (i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
+    out.data = malloc(n + 1);
+    times = malloc(sizeof(double) * (size_t)runs);
+    if (!out.data || !times) goto done;
+  }
+  if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; } /* warm-up */
+  for (i = 0; i < runs; i++) {
+    t0 = now_ms();
+    if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+    times[i] = now_ms() - t0;
+  }
+  qsort(times, (size_t)runs, sizeof(double), cmp_double);
+  {
+    const char *names[64];
+    char *line;
+    for (i = 0; i < g->ndims; i++) names[i] = g->dim_names[i];
+    if (attnc_explain(c->spec, NULL, names, dims, g->ndims, &text, &e) == ATTNC_OK &&
+        (line = strstr(text, "  total")) != NULL)
+      flops = strtod(line + 7, NULL);
+  }
+  {
+    double med = times[runs / 2];
+    const char *be = attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc";
+    if (c->json)
+      printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"gflops\": %.3f, \"compile_ms\": %.3f, \"backend\": \"%s\", "
+             "\"threads\": 1, \"runs\": %d, \"canonical\": \"%s\"}\n",
+             med, times[0], flops / (med * 1e6), compile_ms, be, runs, attnc_canonical(k));
+    else
+      printf("%s\nbackend %s, 1 thread: median %.3f ms (min %.3f, %d runs), %.2f GFLOP/s, compile %.2f ms\n",
+             attnc_canonical(k), be, med, times[0], runs, flops / (med * 1e6), compile_ms);
+  }
+  rc = 0;
+done:
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) { free(bufs[slot].t.data); free(bufs[slot].ref); }
+  free(out.data);
+  free(times);
+  free(text);
+  attnc_bindings_free(b);
+  attnc_release(k);
+  return rc;
+}
+
+int main(int argc, char **argv)
+{
+  struct cli c;
+  const char *help;
+  int rc;
+  memset(&c, 0, sizeof c);
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    fputs(USAGE, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) { printf("attnc %s\n", ATTNC_VERSION); return 0; }
+  c.cmd = argv[1];
+  help = help_for(c.cmd);
+  if (!help) {
+    fprintf(stderr, "attnc: error: unknown command '%s'\n%s", c.cmd, USAGE);
+    return 2;
+  }
+  if (argc < 3 || strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) {
+    fputs(help, argc < 3 ? stderr : stdout);
+    return argc < 3 ? 2 : 0;
+  }
+  if (argv[2][0] == '@') {
+    c.spec = read_file(argv[2] + 1);
+    if (!c.spec) {
+      fprintf(stderr, "attnc: error: cannot read spec file %s: %s\n", argv[2] + 1, strerror(errno));
+      return 2;
+    }
+    snprintf(c.spec_name, sizeof c.spec_name, "%s", argv[2] + 1);
+  } else {
+    c.spec = strdup(argv[2]);
+    snprintf(c.spec_name, sizeof c.spec_name, "spec");
+  }
+  if ((rc = parse_args(&c, argc, argv)) != 0) return rc;
+  if (strcmp(c.cmd, "run") == 0) rc = cmd_run(&c);
+  else if (strcmp(c.cmd, "check") == 0) rc = cmd_check(&c);
+  else if (strcmp(c.cmd, "gen") == 0) rc = cmd_gen(&c);
+  else if (strcmp(c.cmd, "show") == 0) rc = cmd_show(&c);
+  else if (strcmp(c.cmd, "explain") == 0) rc = cmd_explain(&c);
+  else rc = cmd_bench(&c);
+  free(c.spec);
+  for (rc = rc, c.ndims = c.ndims; c.ndims > 0; c.ndims--) free((char *)c.dim_names[c.ndims - 1]);
+  return rc;
+}

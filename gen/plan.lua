@@ -1,0 +1,154 @@
+-- gen/plan.lua: turn a validated spec into everything the templates need:
+-- sizes as C expressions (constants folded, named dims as variables),
+-- row strides for addressing the attention axis in place, broadcast
+-- strides for bias and mask, and the kernel's tensor signature.
+
+local M = {}
+
+local type, tostring, ipairs = type, tostring, ipairs
+local sformat = string.format
+local concat, insert = table.concat, table.insert
+
+-- A C expression for one dim: a literal, or the variable of a named dim.
+local function dim(d)
+  if type(d) == "number" then return d end
+  return "dim_" .. d
+end
+M.dim = dim
+
+-- Product of dims as a C expression, folding constants; a number if all are.
+local function prod(list)
+  local k, vars = 1, {}
+  for _, d in ipairs(list) do
+    if type(d) == "number" then k = k * d else insert(vars, dim(d)) end
+  end
+  if #vars == 0 then return k end
+  if k ~= 1 then insert(vars, tostring(k)) end
+  return concat(vars, " * ")
+end
+M.prod = prod
+
+local function shape_comment(dims)
+  local t = {}
+  for i, d in ipairs(dims) do t[i] = tostring(d) end
+  return "(" .. concat(t, ", ") .. ")"
+end
+
+local function sub(list, i, j)
+  local out = {}
+  for n = i, j do insert(out, list[n]) end
+  return out
+end
+
+-- Row strides of a tensor whose last dim is the width: stride of axis a,
+-- in rows, is the product of the dims between it and the width.
+local function row_strides(shape)
+  local r, out = #shape, {}
+  for a = 1, r - 1 do out[a] = prod(sub(shape, a + 1, r - 1)) end
+  return out
+end
+
+-- Element strides of a dense row-major tensor.
+local function strides(shape)
+  local r, out = #shape, {}
+  for a = 1, r do out[a] = prod(sub(shape, a + 1, r)) end
+  return out
+end
+
+function M.plan(s, version)
+  local p = {
+    spec = s, name = s.name, canonical = s.canonical, version = version,
+    real = s.dtype == "f64" and "double" or "float",
+    exp = s.dtype == "f64" and "exp" or "expf",
+    lit = s.dtype == "f64" and "" or "f",
+    dtype = s.dtype,
+    core = s.mode == "core",
+    H = s.heads, G = s.kv_heads, C = s.head_dim,
+    HPG = s.heads // s.kv_heads,
+    causal = s.causal, window = s.window, empty_rows = s.empty_rows,
+    has_mask = s.mask == "key", has_bias = s.bias ~= nil,
+    scale = require("spec").fmt_float(s.scale),
+  }
+  p.dims = {}
+  for i, n in ipairs(s.dims) do p.dims[i] = { name = n, var = dim(n), index = i - 1 } end
+  p.Sq, p.Sk = dim(s.Sq), dim(s.Sk)
+
+  local batch = require("spec").batch_dims(s)
+  p.batch = {}
+  p.n_batch = prod(batch)
+  -- Mask strides come from the runtime (a mask may have fewer dims); bias
+  -- strides are fixed by the spec's bias shape.
+  local bstr = s.bias and strides(s.bias) or nil
+  local nbb = s.bias and (#s.bias - 3) or 0
+  for a, d in ipairs(batch) do
+    local ax = { var = "i" .. (a - 1), size = dim(d), label = tostring(d), mask_index = a - 1 }
+    if s.bias and a <= nbb and s.bias[a] ~= 1 then ax.bias_stride = bstr[a] end
+    p.batch[a] = ax
+  end
+  p.nbatch_axes = #batch
+  if s.bias then
+    local r = #s.bias
+    p.bias_h = s.bias[r - 2] ~= 1 and bstr[r - 2] or nil
+    p.bias_i = s.bias[r - 1] ~= 1 and bstr[r - 1] or nil
+    p.bias_j = s.bias[r] ~= 1 and bstr[r] or nil
+    p.bias_shape = shape_comment(s.bias)
+  end
+
+  -- The tensors the kernel reads, with their shapes (numbers or dim names).
+  local sig = { inputs = {}, out = nil }
+  local function input(slot, shape, role) insert(sig.inputs, { slot = slot, shape = shape, role = role }) end
+
+  if p.core then
+    local r = s.rank
+    p.q_shape, p.kv_shape = shape_comment(s.q), shape_comment(s.kv)
+    input("q", s.q, "input"); input("k", s.kv, "input"); input("v", s.kv, "input")
+    sig.out = s.q
+  else
+    local r, axis = s.rank, s.axis
+    p.global, p.gated = s.global, s.gated
+    p.global_masked = s.global and s.global_mean == "masked"
+    p.qkv_bias, p.out_bias = s.qkv_bias, s.out_bias
+    p.self = s.self
+    p.C_IN, p.C_KV = s.c_in, s.c_kv
+    p.HC, p.GC = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    local out_shape = {}
+    for i, d in ipairs(s.x) do out_shape[i] = d end
+    if s.global and not s.gated then out_shape[axis] = 1 end
+    p.x_shape, p.kv_shape, p.out_shape = shape_comment(s.x), shape_comment(s.kv), shape_comment(out_shape)
+    p.n_x_rows = prod(sub(s.x, 1, r - 1))
+    p.n_kv_rows = prod(sub(s.kv, 1, r - 1))
+    p.n_out_rows = prod(sub(out_shape, 1, r - 1))
+    local xrs, kvrs, ors = row_strides(s.x), row_strides(s.kv), row_strides(out_shape)
+    p.x_step, p.kv_step, p.out_step = xrs[axis], kvrs[axis], ors[axis]
+    local a = 0
+    for i = 1, r - 1 do
+      if i ~= axis then
+        a = a + 1
+        p.batch[a].x_rs, p.batch[a].kv_rs, p.batch[a].out_rs = xrs[i], kvrs[i], ors[i]
+      end
+    end
+    p.axis_label = tostring(s.x[axis])
+    p.axis_index = axis - 1
+    input("x", s.x, "input")
+    if not s.self then input("kv", s.kv, "input") end
+    input("wq", { p.HC, s.c_in }, "weight")
+    if s.qkv_bias then input("bq", { p.HC }, "weight") end
+    input("wk", { p.GC, s.c_kv }, "weight")
+    if s.qkv_bias then input("bk", { p.GC }, "weight") end
+    input("wv", { p.GC, s.c_kv }, "weight")
+    if s.qkv_bias then input("bv", { p.GC }, "weight") end
+    if s.gated then
+      input("wg", { p.HC, s.c_in }, "weight"); input("bg", { p.HC }, "weight")
+    end
+    input("wo", { s.c_in, p.HC }, "weight")
+    if s.out_bias then input("bo", { s.c_in }, "weight") end
+    sig.out = out_shape
+  end
+  if s.bias then input("bias", s.bias, "input") end
+  sig.mask = p.has_mask and { batch = batch, Sk = s.Sk } or nil
+  p.sig = sig
+  p.unroll4 = (p.C % 4 == 0)
+  return p
+end
+
+return M

@@ -1,0 +1,161 @@
+/* attnc_explain: what a spec computes, in numbers: every tensor with its
+ * shape and bytes, FLOPs per step (2 per multiply-add), scratch memory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct text {
+  char *buf;
+  size_t len, cap;
+  int oom;
+};
+
+static void put(struct text *t, const char *fmt, ...) ATTNC_PRINTF(2, 3);
+
+#include <stdarg.h>
+static void put(struct text *t, const char *fmt, ...)
+{
+  va_list ap;
+  int n;
+  if (t->oom) return;
+  for (;;) {
+    size_t room = t->cap - t->len;
+    va_start(ap, fmt);
+    n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? room : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) { t->oom = 1; return; }
+    if (t->buf && (size_t)n < room) { t->len += (size_t)n; return; }
+    {
+      size_t cap = (t->cap + (size_t)n + 256) * 2;
+      char *p = realloc(t->buf, cap);
+      if (!p) { t->oom = 1; return; }
+      t->buf = p;
+      t->cap = cap;
+    }
+  }
+}
+
+/* Resolve a signature dim with the given named values; 0 if unknown. */
+static double dimval(const attnc_gen *g, int64_t d, const char *const *names, const int64_t *values, int n)
+{
+  int i;
+  if (d > 0) return (double)d;
+  for (i = 0; i < n; i++)
+    if (strcmp(names[i], g->dim_names[-d - 1]) == 0) return (double)values[i];
+  return 0;
+}
+
+static void shape_line(struct text *t, const attnc_gen *g, const char *label, const attnc_shape *sh, size_t es,
+                       const char *const *names, const int64_t *values, int n, double *total)
+{
+  int i, known = 1;
+  double elems = 1;
+  put(t, "  %-6s (", label);
+  for (i = 0; i < sh->rank; i++) {
+    double v = dimval(g, sh->dim[i], names, values, n);
+    if (sh->dim[i] > 0) put(t, "%s%lld", i ? ", " : "", (long long)sh->dim[i]);
+    else if (v > 0) put(t, "%s%s=%.0f", i ? ", " : "", g->dim_names[-sh->dim[i] - 1], v);
+    else put(t, "%s%s", i ? ", " : "", g->dim_names[-sh->dim[i] - 1]);
+    if (v <= 0) known = 0;
+    elems *= v;
+  }
+  put(t, ")");
+  if (known) {
+    put(t, "  %.0f elements, %.0f bytes\n", elems, elems * (double)es);
+    if (total) *total += elems * (double)es;
+  } else {
+    put(t, "  (bytes depend on unbound dims; pass --dim NAME=N)\n");
+  }
+}
+
+attnc_status attnc_explain(const char *spec, const attnc_options *opts, const char *const *names,
+                           const int64_t *values, int n, char **text, attnc_error *err)
+{
+  attnc_gen g;
+  attnc_status s;
+  struct text t = { NULL, 0, 0, 0 };
+  size_t es;
+  int slot, i, known = 1;
+  double weights = 0, inputs = 0;
+  double H, G, C, Sq, Sk, nb = 1, rows_x = 1, rows_kv = 1, rows_out = 1;
+  attnc_err_clear(err);
+  if (!text) return attnc_err_set(err, ATTNC_EARG, "attnc_explain needs somewhere to put the text");
+  s = attnc_host_generate(spec, (opts && opts->spec_name) ? opts->spec_name : "spec", &g, err);
+  if (s != ATTNC_OK) return s;
+  for (i = 0; i < n; i++) {
+    int d, found = 0;
+    for (d = 0; d < g.ndims; d++) found |= strcmp(g.dim_names[d], names[i]) == 0;
+    if (!found) {
+      attnc_gen_free(&g);
+      return attnc_err_set(err, ATTNC_EARG, "the spec has no named dim '%s'", names[i]);
+    }
+  }
+  es = attnc_dtype_size(g.dtype);
+  put(&t, "canonical: %s\n", g.canonical);
+  put(&t, "kernel:    %s_run, %s\n", g.name, g.dtype == ATTNC_F64 ? "f64" : "f32");
+  put(&t, "tensors:\n");
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+    if (!g.used[slot] || slot == ATTNC_SLOT_MASK) continue;
+    shape_line(&t, &g, attnc_slot_name(slot), &g.shape[slot], es, names, values, n,
+               slot >= ATTNC_SLOT_WQ ? &weights : &inputs);
+  }
+  if (g.has_mask) shape_line(&t, &g, "mask", &g.mask, 1, names, values, n, &inputs);
+  shape_line(&t, &g, "out", &g.out, es, names, values, n, NULL);
+
+  H = g.heads; G = g.kv_heads; C = g.head_dim;
+  for (i = 0; i < g.ndims; i++) {
+    double v = dimval(&g, -(int64_t)(i + 1), names, values, n);
+    if (v <= 0) known = 0;
+  }
+  if (!known) {
+    put(&t, "FLOPs:     depend on the named dims; pass --dim NAME=N for each\n");
+  } else {
+    double proj = 0, scores, wsum, gate = 0, outp = 0, total, scratch, sq_eff;
+    if (g.core) {
+      const attnc_shape *q = &g.shape[ATTNC_SLOT_Q], *k = &g.shape[ATTNC_SLOT_K];
+      for (i = 0; i < q->rank - 3; i++) nb *= dimval(&g, q->dim[i], names, values, n);
+      Sq = dimval(&g, q->dim[q->rank - 2], names, values, n);
+      Sk = dimval(&g, k->dim[k->rank - 2], names, values, n);
+      scratch = Sk * (double)es;
+    } else {
+      const attnc_shape *x = &g.shape[ATTNC_SLOT_X], *kv = g.self ? x : &g.shape[ATTNC_SLOT_KV];
+      for (i = 0; i < x->rank - 1; i++) {
+        double xv = dimval(&g, x->dim[i], names, values, n), kvv = dimval(&g, kv->dim[i], names, values, n);
+        rows_x *= xv;
+        rows_kv *= kvv;
+        rows_out *= (i == g.axis && g.global && !g.gated) ? 1 : xv;
+        if (i != g.axis) nb *= xv;
+      }
+      Sq = dimval(&g, x->dim[g.axis], names, values, n);
+      Sk = dimval(&g, kv->dim[g.axis], names, values, n);
+      proj = 2 * rows_x * (double)g.c_in * H * C + 2 * 2 * rows_kv * (double)g.c_kv * G * C;
+      if (g.gated) gate = 2 * rows_x * (double)g.c_in * H * C;
+      outp = 2 * rows_out * H * C * (double)g.c_in;
+      scratch = (rows_x * H * C + 2 * rows_kv * G * C + rows_out * H * C + Sk) * (double)es;
+    }
+    sq_eff = g.global ? 1 : Sq;
+    scores = 2 * nb * H * sq_eff * Sk * C;
+    wsum = scores;
+    total = proj + scores + wsum + gate + outp;
+    put(&t, "FLOPs (2 per multiply-add, dense: masks not subtracted):\n");
+    if (!g.core) put(&t, "  project q, k, v     %14.0f\n", proj);
+    put(&t, "  scores q.k          %14.0f\n", scores);
+    put(&t, "  softmax             %14.0f exps\n", nb * H * sq_eff * Sk);
+    put(&t, "  weighted sum p.v    %14.0f\n", wsum);
+    if (g.gated) put(&t, "  gate                %14.0f\n", gate);
+    if (!g.core) put(&t, "  output projection   %14.0f\n", outp);
+    put(&t, "  total               %14.0f  (%.3f GFLOP)\n", total, total / 1e9);
+    put(&t, "memory:\n  weights %.0f bytes, inputs %.0f bytes, scratch %.0f bytes\n", weights, inputs, scratch);
+    put(&t, "  arithmetic intensity %.2f FLOP/byte (over weights + inputs + output)\n",
+        total / (weights + inputs + rows_out * (g.core ? 1 : (double)g.c_in) * (double)es + 1e-300));
+  }
+  attnc_gen_free(&g);
+  if (t.oom) {
+    free(t.buf);
+    return attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
+  }
+  *text = t.buf;
+  return ATTNC_OK;
+}

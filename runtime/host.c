@@ -1,0 +1,364 @@
+/* The Lua host: one Lua state holding the embedded generator, guarded by
+ * a mutex (Lua states are not thread-safe).  Lua errors cross into C in
+ * exactly one place, run_protected(), and become an attnc_error. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "internal.h"
+
+extern const struct { const char *name; const char *data; size_t size; } attnc_embedded[];
+
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static lua_State *host_L;
+
+/* With ATTNC_SRC_DIR set, read gen/ and templates/ from that folder instead
+ * of the copies compiled into the library (for development). */
+static char *read_source(const char *name, size_t *size)
+{
+  const char *dir = getenv("ATTNC_SRC_DIR");
+  char path[4096];
+  FILE *f;
+  char *buf;
+  long n;
+  if (!dir || !*dir) return NULL;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  f = fopen(path, "rb");
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) { fclose(f); return NULL; }
+  buf = malloc((size_t)n + 1);
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+  fclose(f);
+  if (buf) { buf[n] = '\0'; *size = (size_t)n; }
+  return buf;
+}
+
+/* Message handler: keep spec errors (tables) as they are, add a traceback to the rest. */
+static int on_error(lua_State *L)
+{
+  if (lua_istable(L, 1)) return 1;
+  luaL_traceback(L, L, lua_tostring(L, 1), 1);
+  return 1;
+}
+
+/* Register every embedded file: gen/X.lua as module X in package.preload,
+ * templates/ files as the table module "templates". */
+static int load_modules(lua_State *L)
+{
+  int i;
+  luaL_openlibs(L);
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_newtable(L); /* templates */
+  for (i = 0; attnc_embedded[i].name; i++) {
+    const char *name = attnc_embedded[i].name;
+    size_t size = attnc_embedded[i].size;
+    char *disk = read_source(name, &size);
+    const char *data = disk ? disk : attnc_embedded[i].data;
+    if (strncmp(name, "gen/", 4) == 0) {
+      char chunk[256], mod[128];
+      const char *base = name + 4;
+      size_t len = strlen(base);
+      if (len < 5 || len - 4 >= sizeof mod) { free(disk); continue; }
+      memcpy(mod, base, len - 4);
+      mod[len - 4] = '\0';
+      snprintf(chunk, sizeof chunk, "@%s", name);
+      if (luaL_loadbufferx(L, data, size, chunk, "t") != LUA_OK) { free(disk); return lua_error(L); }
+      lua_setfield(L, -3, mod);
+    } else if (strncmp(name, "templates/", 10) == 0) {
+      lua_pushlstring(L, data, size);
+      lua_setfield(L, -2, name + 10);
+    }
+    free(disk);
+  }
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  lua_pushvalue(L, -3);
+  lua_setfield(L, -2, "templates");
+  lua_pop(L, 5);
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "attnc");
+  lua_call(L, 1, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "attnc.gen");
+  return 0;
+}
+
+/* Turn the error object on top of the stack into err; pops it. */
+static attnc_status lua_failure(lua_State *L, const char *spec_name, attnc_error *err)
+{
+  attnc_status code;
+  if (lua_istable(L, -1)) {
+    int line, col;
+    lua_getfield(L, -1, "line");
+    lua_getfield(L, -2, "col");
+    lua_getfield(L, -3, "msg");
+    line = (int)lua_tointeger(L, -3);
+    col = (int)lua_tointeger(L, -2);
+    code = attnc_err_set(err, ATTNC_ESPEC, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "invalid spec");
+    if (err) {
+      err->line = line;
+      err->col = col;
+      snprintf(err->where, sizeof err->where, "%s:%d:%d", spec_name ? spec_name : "spec", line, col);
+    }
+    lua_pop(L, 3);
+  } else {
+    const char *msg = lua_tostring(L, -1);
+    code = attnc_err_set(err, ATTNC_EGEN, "generator error (please report): %s", msg ? msg : "(no message)");
+  }
+  lua_pop(L, 1);
+  return code;
+}
+
+static void create_state(void)
+{
+  lua_State *L = luaL_newstate();
+  if (!L) return;
+  lua_pushcfunction(L, on_error);
+  lua_pushcfunction(L, load_modules);
+  if (lua_pcall(L, 0, 0, 1) != LUA_OK) {
+    lua_close(L);
+    return;
+  }
+  lua_pop(L, 1);
+  host_L = L;
+}
+
+/* Call attnc.FN(spec) protected; leaves the result on the stack. Caller holds host_lock. */
+static attnc_status run_protected(const char *fn, const char *spec, const char *spec_name, attnc_error *err)
+{
+  lua_State *L;
+  if (!host_L) create_state();
+  L = host_L;
+  if (!L) return attnc_err_set(err, ATTNC_EGEN, "could not start the embedded Lua generator (out of memory or a broken build)");
+  lua_pushcfunction(L, on_error);
+  lua_getfield(L, LUA_REGISTRYINDEX, "attnc.gen");
+  lua_getfield(L, -1, fn);
+  lua_remove(L, -2);
+  lua_pushstring(L, spec);
+  if (lua_pcall(L, 1, 1, -3) != LUA_OK) {
+    attnc_status s = lua_failure(L, spec_name, err);
+    lua_pop(L, 1); /* handler */
+    return s;
+  }
+  lua_remove(L, -2); /* handler */
+  return ATTNC_OK;
+}
+
+static char *dup_field(lua_State *L, int idx, const char *key)
+{
+  const char *s;
+  size_t n;
+  char *out;
+  lua_getfield(L, idx, key);
+  s = lua_tolstring(L, -1, &n);
+  out = s ? malloc(n + 1) : NULL;
+  if (out) memcpy(out, s, n + 1);
+  lua_pop(L, 1);
+  return out;
+}
+
+static lua_Integer int_field(lua_State *L, int idx, const char *key)
+{
+  lua_Integer v;
+  lua_getfield(L, idx, key);
+  v = lua_isboolean(L, -1) ? lua_toboolean(L, -1) : lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+static const char *str_field(lua_State *L, int idx, const char *key)
+{
+  const char *s;
+  lua_getfield(L, idx, key);
+  s = lua_tostring(L, -1); /* the table keeps it alive */
+  lua_pop(L, 1);
+  return s ? s : "";
+}
+
+/* Read a shape table at the top of the stack; names are looked up in g. */
+static void read_shape(lua_State *L, const attnc_gen *g, attnc_shape *sh)
+{
+  int i, n = (int)luaL_len(L, -1);
+  sh->rank = n > ATTNC_MAX_RANK ? ATTNC_MAX_RANK : n;
+  for (i = 0; i < sh->rank; i++) {
+    lua_geti(L, -1, i + 1);
+    if (lua_isinteger(L, -1)) {
+      sh->dim[i] = lua_tointeger(L, -1);
+    } else {
+      const char *nm = lua_tostring(L, -1);
+      int d;
+      sh->dim[i] = 0;
+      for (d = 0; nm && d < g->ndims; d++)
+        if (strcmp(g->dim_names[d], nm) == 0) sh->dim[i] = -(int64_t)(d + 1);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+static const char *const SLOT_KEYS[ATTNC_SLOT_COUNT] = {
+  "x", "kv", "bias", "mask", "q", "k", "v", "wq", "bq", "wk", "bk", "wv", "bv", "wg", "bg", "wo", "bo"
+};
+
+const char *attnc_slot_name(int slot)
+{
+  return (slot >= 0 && slot < ATTNC_SLOT_COUNT) ? SLOT_KEYS[slot] : "?";
+}
+
+static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
+{
+  int t = lua_gettop(L), i, n;
+  const char *s;
+  memset(g, 0, sizeof *g);
+  g->canonical = dup_field(L, t, "canonical");
+  g->name = dup_field(L, t, "name");
+  g->source = dup_field(L, t, "source");
+  g->header = dup_field(L, t, "header");
+  if (!g->canonical || !g->name || !g->source || !g->header) goto nomem;
+  g->dtype = strcmp(str_field(L, t, "dtype"), "f64") == 0 ? ATTNC_F64 : ATTNC_F32;
+  lua_getfield(L, t, "dims");
+  n = (int)luaL_len(L, -1);
+  g->dim_names = calloc((size_t)(n > 0 ? n : 1), sizeof *g->dim_names);
+  if (!g->dim_names) { lua_pop(L, 1); goto nomem; }
+  for (i = 0; i < n; i++) {
+    lua_geti(L, -1, i + 1);
+    s = lua_tostring(L, -1);
+    g->dim_names[i] = s ? strdup(s) : NULL;
+    lua_pop(L, 1);
+    if (!g->dim_names[i]) { lua_pop(L, 1); g->ndims = i; goto nomem; }
+  }
+  g->ndims = n;
+  lua_pop(L, 1);
+
+  lua_getfield(L, t, "inputs");
+  n = (int)luaL_len(L, -1);
+  for (i = 0; i < n; i++) {
+    int slot;
+    lua_geti(L, -1, i + 1);
+    s = str_field(L, -1, "slot");
+    for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++)
+      if (strcmp(SLOT_KEYS[slot], s) == 0) break;
+    if (slot < ATTNC_SLOT_COUNT) {
+      g->used[slot] = 1;
+      lua_getfield(L, -1, "shape");
+      read_shape(L, g, &g->shape[slot]);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, t, "out");
+  read_shape(L, g, &g->out);
+  lua_pop(L, 1);
+  lua_getfield(L, t, "mask");
+  if (lua_istable(L, -1)) {
+    g->has_mask = 1;
+    g->used[ATTNC_SLOT_MASK] = 1;
+    lua_getfield(L, -1, "batch");
+    read_shape(L, g, &g->mask);
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "Sk");
+    if (g->mask.rank < ATTNC_MAX_RANK) {
+      attnc_shape one;
+      lua_newtable(L);
+      lua_pushvalue(L, -2);
+      lua_seti(L, -2, 1);
+      read_shape(L, g, &one);
+      lua_pop(L, 1);
+      g->mask.dim[g->mask.rank++] = one.dim[0];
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+
+  g->core = strcmp(str_field(L, t, "mode"), "core") == 0;
+  g->rank = (int)int_field(L, t, "rank");
+  g->axis = (int)int_field(L, t, "axis") - 1;
+  g->self = (int)int_field(L, t, "self");
+  g->heads = (int)int_field(L, t, "heads");
+  g->kv_heads = (int)int_field(L, t, "kv_heads");
+  g->head_dim = (int)int_field(L, t, "head_dim");
+  g->qkv_bias = (int)int_field(L, t, "qkv_bias");
+  g->out_bias = (int)int_field(L, t, "out_bias");
+  g->gated = (int)int_field(L, t, "gated");
+  g->global = (int)int_field(L, t, "global");
+  g->global_masked = strcmp(str_field(L, t, "global_mean"), "masked") == 0;
+  s = str_field(L, t, "causal");
+  g->causal = strcmp(s, "top_left") == 0 ? 1 : strcmp(s, "bottom_right") == 0 ? 2 : 0;
+  s = str_field(L, t, "empty_rows");
+  g->empty_rows = strcmp(s, "uniform") == 0 ? 1 : strcmp(s, "nan") == 0 ? 2 : 0;
+  g->c_in = int_field(L, t, "c_in");
+  g->c_kv = int_field(L, t, "c_kv");
+  lua_getfield(L, t, "scale");
+  g->scale = lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, t, "window");
+  if (lua_istable(L, -1)) {
+    g->has_window = 1;
+    lua_geti(L, -1, 1);
+    g->window_l = lua_tointeger(L, -1);
+    lua_geti(L, -2, 2);
+    g->window_r = lua_tointeger(L, -1);
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, t, "bias");
+  if (lua_istable(L, -1)) {
+    g->has_bias = 1;
+    read_shape(L, g, &g->bias);
+  }
+  lua_pop(L, 1);
+  return ATTNC_OK;
+nomem:
+  attnc_gen_free(g);
+  return attnc_err_set(err, ATTNC_ENOMEM, "out of memory reading the generator's result");
+}
+
+attnc_status attnc_host_generate(const char *spec, const char *spec_name, attnc_gen *g, attnc_error *err)
+{
+  attnc_status s;
+  if (!spec) return attnc_err_set(err, ATTNC_EARG, "the spec is NULL");
+  pthread_mutex_lock(&host_lock);
+  s = run_protected("generate", spec, spec_name, err);
+  if (s == ATTNC_OK) {
+    s = read_gen(host_L, g, err);
+    lua_pop(host_L, 1);
+    lua_gc(host_L, LUA_GCCOLLECT);
+  }
+  pthread_mutex_unlock(&host_lock);
+  return s;
+}
+
+attnc_status attnc_host_canonical(const char *spec, const char *spec_name, char **canonical, attnc_error *err)
+{
+  attnc_status s;
+  if (!spec) return attnc_err_set(err, ATTNC_EARG, "the spec is NULL");
+  pthread_mutex_lock(&host_lock);
+  s = run_protected("canonical", spec, spec_name, err);
+  if (s == ATTNC_OK) {
+    const char *c = lua_tostring(host_L, -1);
+    *canonical = c ? strdup(c) : NULL;
+    lua_pop(host_L, 1);
+    if (!*canonical) s = attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
+  }
+  pthread_mutex_unlock(&host_lock);
+  return s;
+}
+
+void attnc_gen_free(attnc_gen *g)
+{
+  int i;
+  if (!g) return;
+  free(g->canonical);
+  free(g->name);
+  free(g->source);
+  free(g->header);
+  if (g->dim_names)
+    for (i = 0; i < g->ndims; i++) free(g->dim_names[i]);
+  free(g->dim_names);
+  memset(g, 0, sizeof *g);
+}

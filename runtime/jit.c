@@ -1,0 +1,290 @@
+/* Backends that turn generated C into a callable kernel.
+ *
+ * tcc: libtcc compiles in memory.  libtcc keeps global state, so every
+ *      compile holds tcc_lock.  The kernel is compiled with -nostdlib and
+ *      the few C library symbols it uses are handed over explicitly, so no
+ *      header or libtcc1.a has to exist on the machine.
+ * cc:  the system C compiler builds a shared object that is cached on disk
+ *      under a key of the generated source + compiler + flags + CPU, written
+ *      atomically (temp dir + rename) and checked when loaded. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <libtcc.h>
+
+#include "internal.h"
+
+static pthread_mutex_t tcc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct tcc_errors {
+  char text[1024];
+  size_t len;
+};
+
+static void tcc_on_error(void *opaque, const char *msg)
+{
+  struct tcc_errors *e = opaque;
+  size_t room = sizeof e->text - e->len;
+  int n;
+  if (room <= 1) return;
+  n = snprintf(e->text + e->len, room, "%s%s", e->len ? "; " : "", msg);
+  if (n > 0) e->len += ((size_t)n < room) ? (size_t)n : room - 1;
+}
+
+static char *concat3(const char *a, const char *b, const char *c)
+{
+  size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+  char *s = malloc(la + lb + lc + 1);
+  if (!s) return NULL;
+  memcpy(s, a, la);
+  memcpy(s + la, b, lb);
+  memcpy(s + la + lb, c, lc + 1);
+  return s;
+}
+
+attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fn *fn, attnc_error *err)
+{
+  struct tcc_errors errors = { { 0 }, 0 };
+  char sym[128];
+  TCCState *s;
+  char *text = concat3("#define ATTNC_JIT 1\n", g->header, g->source);
+  void *p;
+  if (!text) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
+  pthread_mutex_lock(&tcc_lock);
+  s = tcc_new();
+  if (!s) {
+    pthread_mutex_unlock(&tcc_lock);
+    free(text);
+    return attnc_err_set(err, ATTNC_ENOMEM, "tcc_new failed");
+  }
+  tcc_set_error_func(s, &errors, tcc_on_error);
+  tcc_set_options(s, "-nostdlib");
+  tcc_set_output_type(s, TCC_OUTPUT_MEMORY);
+  if (tcc_compile_string(s, text) < 0) goto fail;
+  tcc_add_symbol(s, "malloc", (const void *)malloc);
+  tcc_add_symbol(s, "free", (const void *)free);
+  tcc_add_symbol(s, "exp", (const void *)exp);
+  tcc_add_symbol(s, "expf", (const void *)expf);
+  tcc_add_symbol(s, "memset", (const void *)memset);
+  tcc_add_symbol(s, "memcpy", (const void *)memcpy);
+  tcc_add_symbol(s, "memmove", (const void *)memmove);
+  if (tcc_relocate(s, TCC_RELOCATE_AUTO) < 0) goto fail;
+  snprintf(sym, sizeof sym, "%s_run", g->name);
+  p = tcc_get_symbol(s, sym);
+  if (!p) {
+    tcc_on_error(&errors, "kernel symbol not found");
+    goto fail;
+  }
+  pthread_mutex_unlock(&tcc_lock);
+  free(text);
+  *fn = (attnc_kernel_fn)p;
+  *state = s;
+  return ATTNC_OK;
+fail:
+  tcc_delete(s);
+  pthread_mutex_unlock(&tcc_lock);
+  free(text);
+  return attnc_err_set(err, ATTNC_ECOMPILE, "libtcc rejected the generated code (a generator bug; please report): %s",
+                       errors.len ? errors.text : "no message");
+}
+
+void attnc_jit_tcc_free(void *state)
+{
+  if (!state) return;
+  pthread_mutex_lock(&tcc_lock);
+  tcc_delete((TCCState *)state);
+  pthread_mutex_unlock(&tcc_lock);
+}
+
+/* ---- cc ---- */
+
+static uint64_t fnv64(uint64_t h, const char *s)
+{
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+  return h;
+}
+
+/* The CPU's feature flags: the cache key must change with the machine,
+ * because the shared object is built with -march=native. */
+static uint64_t cpu_key(uint64_t h)
+{
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[8192];
+  if (!f) return fnv64(h, "no-cpuinfo");
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "flags", 5) == 0 || strncmp(line, "model name", 10) == 0) h = fnv64(h, line);
+    if (strncmp(line, "flags", 5) == 0) break;
+  }
+  fclose(f);
+  return h;
+}
+
+static int mkdir_p(const char *path)
+{
+  char tmp[4096];
+  size_t i, n = strlen(path);
+  if (n >= sizeof tmp) return -1;
+  memcpy(tmp, path, n + 1);
+  for (i = 1; i <= n; i++) {
+    if (tmp[i] == '/' || tmp[i] == '\0') {
+      char c = tmp[i];
+      tmp[i] = '\0';
+      if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+      tmp[i] = c;
+    }
+  }
+  return 0;
+}
+
+/* $ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else ~/.cache/attnc. */
+static int cache_dir(char *out, size_t n)
+{
+  const char *d = getenv("ATTNC_CACHE_DIR");
+  if (d && *d) return snprintf(out, n, "%s", d) < (int)n ? 0 : -1;
+  d = getenv("XDG_CACHE_HOME");
+  if (d && *d) return snprintf(out, n, "%s/attnc", d) < (int)n ? 0 : -1;
+  d = getenv("HOME");
+  if (d && *d) return snprintf(out, n, "%s/.cache/attnc", d) < (int)n ? 0 : -1;
+  return snprintf(out, n, "/tmp/attnc-cache-%ld", (long)getuid()) < (int)n ? 0 : -1;
+}
+
+static const char *compiler(void)
+{
+  const char *cc = getenv("ATTNC_CC");
+  return (cc && *cc) ? cc : "cc";
+}
+
+#define CC_FLAGS "-std=c99 -O3 -march=native -fPIC -shared"
+
+static int write_file(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "w");
+  size_t n = strlen(text);
+  int ok;
+  if (!f) return -1;
+  ok = fwrite(text, 1, n, f) == n;
+  ok = (fclose(f) == 0) && ok;
+  return ok ? 0 : -1;
+}
+
+/* Load a cached shared object and check it is the kernel we asked for. */
+static void *load_checked(const char *path, const attnc_gen *g, attnc_kernel_fn *fn)
+{
+  char sym[160];
+  const char *spec;
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return NULL;
+  snprintf(sym, sizeof sym, "%s_spec", g->name);
+  spec = dlsym(h, sym);
+  snprintf(sym, sizeof sym, "%s_run", g->name);
+  *(void **)fn = dlsym(h, sym);
+  if (!spec || !*fn || strcmp(spec, g->canonical) != 0) {
+    dlclose(h);
+    return NULL;
+  }
+  return h;
+}
+
+static int run_compiler(const char *dir, const char *name, char *log, size_t nlog)
+{
+  char src[4200], so[4200], logpath[4200];
+  pid_t pid;
+  int status, fd;
+  snprintf(src, sizeof src, "%s/%s.c", dir, name);
+  snprintf(so, sizeof so, "%s/%s.so", dir, name);
+  snprintf(logpath, sizeof logpath, "%s/cc.log", dir);
+  pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
+    execlp(compiler(), compiler(), "-std=c99", "-O3", "-march=native", "-fPIC", "-shared",
+           "-I", dir, "-o", so, src, "-lm", (char *)NULL);
+    _exit(127);
+  }
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  log[0] = '\0';
+  {
+    FILE *f = fopen(logpath, "r");
+    if (f) {
+      size_t n = fread(log, 1, nlog - 1, f);
+      log[n] = '\0';
+      fclose(f);
+    }
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !log[0])
+    snprintf(log, nlog, "could not run the C compiler '%s' (set ATTNC_CC, or install gcc)", compiler());
+  return (WIFEXITED(status) && WEXITSTATUS(status) == 0) ? 0 : -1;
+}
+
+static void remove_dir(const char *dir, const char *name)
+{
+  char p[4200];
+  const char *ext[] = { ".c", ".h", ".so" };
+  int i;
+  for (i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s/%s%s", dir, name, ext[i]);
+    unlink(p);
+  }
+  snprintf(p, sizeof p, "%s/cc.log", dir);
+  unlink(p);
+  rmdir(dir);
+}
+
+attnc_status attnc_jit_cc(const attnc_gen *g, void **handle, attnc_kernel_fn *fn, attnc_error *err)
+{
+  char dir[4000], final[4200], tmp[4200], path[4200], log[2048];
+  uint64_t key = 0xcbf29ce484222325ULL;
+  void *h;
+  if (cache_dir(dir, 3000) != 0) return attnc_err_set(err, ATTNC_EIO, "cache directory path is too long");
+  key = fnv64(key, g->header);
+  key = fnv64(key, g->source);
+  key = fnv64(key, compiler());
+  key = fnv64(key, CC_FLAGS);
+  key = cpu_key(key);
+  snprintf(final, sizeof final, "%s/%s-%016llx.so", dir, g->name, (unsigned long long)key);
+  h = load_checked(final, g, fn);
+  if (h) { *handle = h; return ATTNC_OK; }
+  /* missing, truncated or foreign: rebuild */
+  if (mkdir_p(dir) != 0)
+    return attnc_err_set(err, ATTNC_EIO, "cannot create the kernel cache %s: %s (set ATTNC_CACHE_DIR)", dir, strerror(errno));
+  snprintf(tmp, sizeof tmp, "%s/build-XXXXXX", dir);
+  if (!mkdtemp(tmp)) return attnc_err_set(err, ATTNC_EIO, "cannot create a build folder in %s: %s", dir, strerror(errno));
+  snprintf(path, sizeof path, "%s/%s.h", tmp, g->name);
+  if (write_file(path, g->header) != 0) goto io;
+  snprintf(path, sizeof path, "%s/%s.c", tmp, g->name);
+  if (write_file(path, g->source) != 0) goto io;
+  if (run_compiler(tmp, g->name, log, sizeof log) != 0) {
+    remove_dir(tmp, g->name);
+    return attnc_err_set(err, ATTNC_ECOMPILE, "the C compiler failed on the generated code: %s", log);
+  }
+  snprintf(path, sizeof path, "%s/%s.so", tmp, g->name);
+  if (rename(path, final) != 0) goto io;
+  remove_dir(tmp, g->name);
+  h = load_checked(final, g, fn);
+  if (!h) return attnc_err_set(err, ATTNC_ECOMPILE, "cannot load the compiled kernel %s: %s", final, dlerror());
+  *handle = h;
+  return ATTNC_OK;
+io:
+  {
+    int e = errno;
+    remove_dir(tmp, g->name);
+    return attnc_err_set(err, ATTNC_EIO, "cannot write to the kernel cache %s: %s", dir, strerror(e));
+  }
+}
+
+void attnc_jit_cc_free(void *handle)
+{
+  if (handle) dlclose(handle);
+}

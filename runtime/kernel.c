@@ -1,0 +1,574 @@
+/* Kernels: compile (through the generator and a backend), share equal
+ * canonical specs through a reference-counted cache, bind tensors by name,
+ * check every shape, and run. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct attnc_kernel {
+  int refs;
+  attnc_gen gen;
+  attnc_backend backend;
+  void *state;            /* TCCState or dlopen handle */
+  attnc_kernel_fn run;
+  struct attnc_kernel *next;
+};
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static attnc_kernel *cache_head;
+
+static attnc_backend pick_backend(const attnc_options *opts)
+{
+  const char *e;
+  if (opts && opts->backend != ATTNC_BACKEND_DEFAULT) return opts->backend;
+  e = getenv("ATTNC_BACKEND");
+  if (e && strcmp(e, "cc") == 0) return ATTNC_BACKEND_CC;
+  return ATTNC_BACKEND_TCC;
+}
+
+static const char *spec_name(const attnc_options *opts)
+{
+  return (opts && opts->spec_name) ? opts->spec_name : "spec";
+}
+
+static void kernel_free(attnc_kernel *k)
+{
+  if (k->backend == ATTNC_BACKEND_CC) attnc_jit_cc_free(k->state);
+  else attnc_jit_tcc_free(k->state);
+  attnc_gen_free(&k->gen);
+  free(k);
+}
+
+attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_error *err)
+{
+  attnc_gen g;
+  attnc_kernel *k, *it;
+  attnc_backend be = pick_backend(opts);
+  attnc_status s;
+  attnc_err_clear(err);
+  if (be != ATTNC_BACKEND_TCC && be != ATTNC_BACKEND_CC) {
+    attnc_err_set(err, ATTNC_EARG, "unknown backend %d (use ATTNC_BACKEND_TCC or ATTNC_BACKEND_CC)", (int)be);
+    return NULL;
+  }
+  if (attnc_host_generate(spec, spec_name(opts), &g, err) != ATTNC_OK) return NULL;
+
+  pthread_mutex_lock(&cache_lock);
+  for (it = cache_head; it; it = it->next) {
+    if (it->backend == be && strcmp(it->gen.canonical, g.canonical) == 0) {
+      it->refs++;
+      pthread_mutex_unlock(&cache_lock);
+      attnc_gen_free(&g);
+      return it;
+    }
+  }
+  pthread_mutex_unlock(&cache_lock);
+
+  k = calloc(1, sizeof *k);
+  if (!k) {
+    attnc_gen_free(&g);
+    attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
+    return NULL;
+  }
+  k->gen = g;
+  k->backend = be;
+  k->refs = 1;
+  s = (be == ATTNC_BACKEND_CC) ? attnc_jit_cc(&k->gen, &k->state, &k->run, err)
+                               : attnc_jit_tcc(&k->gen, &k->state, &k->run, err);
+  if (s != ATTNC_OK) {
+    attnc_gen_free(&k->gen);
+    free(k);
+    return NULL;
+  }
+  /* Another thread may have compiled the same spec meanwhile: keep one. */
+  pthread_mutex_lock(&cache_lock);
+  for (it = cache_head; it; it = it->next) {
+    if (it->backend == be && strcmp(it->gen.canonical, k->gen.canonical) == 0) {
+      it->refs++;
+      pthread_mutex_unlock(&cache_lock);
+      kernel_free(k);
+      return it;
+    }
+  }
+  k->next = cache_head;
+  cache_head = k;
+  pthread_mutex_unlock(&cache_lock);
+  return k;
+}
+
+void attnc_release(attnc_kernel *k)
+{
+  attnc_kernel **pp;
+  if (!k) return;
+  pthread_mutex_lock(&cache_lock);
+  if (--k->refs > 0) {
+    pthread_mutex_unlock(&cache_lock);
+    return;
+  }
+  for (pp = &cache_head; *pp; pp = &(*pp)->next) {
+    if (*pp == k) { *pp = k->next; break; }
+  }
+  pthread_mutex_unlock(&cache_lock);
+  kernel_free(k);
+}
+
+const char *attnc_source(const attnc_kernel *k) { return k ? k->gen.source : NULL; }
+const char *attnc_header(const attnc_kernel *k) { return k ? k->gen.header : NULL; }
+const char *attnc_canonical(const attnc_kernel *k) { return k ? k->gen.canonical : NULL; }
+const char *attnc_name(const attnc_kernel *k) { return k ? k->gen.name : NULL; }
+attnc_backend attnc_kernel_backend(const attnc_kernel *k) { return k ? k->backend : ATTNC_BACKEND_DEFAULT; }
+const attnc_gen *attnc_kernel_gen(const attnc_kernel *k) { return k ? &k->gen : NULL; }
+int attnc_dim_count(const attnc_kernel *k) { return k ? k->gen.ndims : 0; }
+const char *attnc_dim_name(const attnc_kernel *k, int i)
+{
+  return (k && i >= 0 && i < k->gen.ndims) ? k->gen.dim_names[i] : NULL;
+}
+
+attnc_status attnc_spec_canonical(const char *spec, const attnc_options *opts, char *buf, size_t n, attnc_error *err)
+{
+  char *c = NULL;
+  attnc_status s;
+  attnc_err_clear(err);
+  s = attnc_host_canonical(spec, spec_name(opts), &c, err);
+  if (s != ATTNC_OK) return s;
+  if (!buf || strlen(c) + 1 > n) {
+    free(c);
+    return attnc_err_set(err, ATTNC_EARG, "buffer too small for the canonical spec");
+  }
+  memcpy(buf, c, strlen(c) + 1);
+  free(c);
+  return ATTNC_OK;
+}
+
+attnc_status attnc_generate(const char *spec, const attnc_options *opts, char **source, char **header, attnc_error *err)
+{
+  attnc_gen g;
+  attnc_status s;
+  attnc_err_clear(err);
+  s = attnc_host_generate(spec, spec_name(opts), &g, err);
+  if (s != ATTNC_OK) return s;
+  if (source) { *source = g.source; g.source = NULL; }
+  if (header) { *header = g.header; g.header = NULL; }
+  attnc_gen_free(&g);
+  return ATTNC_OK;
+}
+
+/* ---- bindings ---- */
+
+struct attnc_bindings {
+  attnc_kernel *k;
+  attnc_tensor t[ATTNC_SLOT_COUNT];
+  const char *from[ATTNC_SLOT_COUNT];  /* the name each tensor was bound under */
+  char from_buf[ATTNC_SLOT_COUNT][96];
+  attnc_tensor in_proj_w, in_proj_b;
+  int has_in_proj_w, has_in_proj_b;
+  int64_t dims[64];
+  int dim_set[64];
+  char dim_from[64][96];
+  unsigned char *mask_u8;
+  size_t mask_n;
+  long mask_stride[ATTNC_ABI_MAX_RANK];
+};
+
+/* Every name a tensor goes by: AlphaFold/OpenFold, Hugging Face, torch MHA. */
+static const struct { const char *name; int slot; } NAMES[] = {
+  { "x", ATTNC_SLOT_X }, { "kv", ATTNC_SLOT_KV }, { "bias", ATTNC_SLOT_BIAS }, { "mask", ATTNC_SLOT_MASK },
+  { "q", ATTNC_SLOT_Q }, { "k", ATTNC_SLOT_K }, { "v", ATTNC_SLOT_V },
+  { "linear_q.weight", ATTNC_SLOT_WQ }, { "linear_q.bias", ATTNC_SLOT_BQ },
+  { "linear_k.weight", ATTNC_SLOT_WK }, { "linear_k.bias", ATTNC_SLOT_BK },
+  { "linear_v.weight", ATTNC_SLOT_WV }, { "linear_v.bias", ATTNC_SLOT_BV },
+  { "linear_g.weight", ATTNC_SLOT_WG }, { "linear_g.bias", ATTNC_SLOT_BG },
+  { "linear_o.weight", ATTNC_SLOT_WO }, { "linear_o.bias", ATTNC_SLOT_BO },
+  { "q_proj.weight", ATTNC_SLOT_WQ }, { "q_proj.bias", ATTNC_SLOT_BQ },
+  { "k_proj.weight", ATTNC_SLOT_WK }, { "k_proj.bias", ATTNC_SLOT_BK },
+  { "v_proj.weight", ATTNC_SLOT_WV }, { "v_proj.bias", ATTNC_SLOT_BV },
+  { "o_proj.weight", ATTNC_SLOT_WO }, { "o_proj.bias", ATTNC_SLOT_BO },
+  { "out_proj.weight", ATTNC_SLOT_WO }, { "out_proj.bias", ATTNC_SLOT_BO },
+  { "q_proj_weight", ATTNC_SLOT_WQ }, { "k_proj_weight", ATTNC_SLOT_WK }, { "v_proj_weight", ATTNC_SLOT_WV },
+};
+
+static const char *slot_aliases(int slot)
+{
+  switch (slot) {
+  case ATTNC_SLOT_WQ: return "linear_q.weight, q_proj.weight or in_proj_weight";
+  case ATTNC_SLOT_BQ: return "linear_q.bias, q_proj.bias or in_proj_bias";
+  case ATTNC_SLOT_WK: return "linear_k.weight, k_proj.weight or in_proj_weight";
+  case ATTNC_SLOT_BK: return "linear_k.bias, k_proj.bias or in_proj_bias";
+  case ATTNC_SLOT_WV: return "linear_v.weight, v_proj.weight or in_proj_weight";
+  case ATTNC_SLOT_BV: return "linear_v.bias, v_proj.bias or in_proj_bias";
+  case ATTNC_SLOT_WG: return "linear_g.weight";
+  case ATTNC_SLOT_BG: return "linear_g.bias";
+  case ATTNC_SLOT_WO: return "linear_o.weight, o_proj.weight or out_proj.weight";
+  case ATTNC_SLOT_BO: return "linear_o.bias, o_proj.bias or out_proj.bias";
+  default: return attnc_slot_name(slot);
+  }
+}
+
+attnc_bindings *attnc_bindings_new(attnc_kernel *k)
+{
+  attnc_bindings *b;
+  if (!k) return NULL;
+  b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  pthread_mutex_lock(&cache_lock);
+  k->refs++;
+  pthread_mutex_unlock(&cache_lock);
+  b->k = k;
+  return b;
+}
+
+void attnc_bindings_free(attnc_bindings *b)
+{
+  if (!b) return;
+  free(b->mask_u8);
+  attnc_release(b->k);
+  free(b);
+}
+
+static int lookup_name(const char *name)
+{
+  size_t i;
+  for (i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+    if (strcmp(NAMES[i].name, name) == 0) return NAMES[i].slot;
+  if (strcmp(name, "in_proj_weight") == 0) return -2;
+  if (strcmp(name, "in_proj_bias") == 0) return -3;
+  return -1;
+}
+
+static int mask_dtype_ok(attnc_dtype d)
+{
+  return d != ATTNC_F16 && d != ATTNC_BF16;
+}
+
+/* Bind one tensor; quiet=1 skips names the kernel does not use. */
+static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_tensor *t, int quiet, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  int slot = lookup_name(name);
+  if (!t) return attnc_err_set(err, ATTNC_EARG, "tensor '%s' is NULL", name);
+  if (t->rank < 0 || t->rank > ATTNC_MAX_RANK)
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has rank %d; at most %d is supported", name, t->rank, ATTNC_MAX_RANK);
+  if (slot == -1) {
+    if (quiet) return ATTNC_OK;
+    return attnc_err_set(err, ATTNC_EBIND, "unknown tensor name '%s' (inputs: x, kv, bias, mask, q, k, v; weights: linear_q.weight, q_proj.weight, in_proj_weight, ...)", name);
+  }
+  if (slot == -2 || slot == -3) {
+    if (g->core || (!g->qkv_bias && slot == -3)) {
+      if (quiet) return ATTNC_OK;
+      return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (%s)", name,
+                           g->core ? "mode=core has no projections" : "the spec has qkv_bias=false");
+    }
+    if (t->dtype != g->dtype)
+      return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has dtype %s but the kernel computes in %s (spec dtype)", name,
+                           attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
+    if (slot == -2) { b->in_proj_w = *t; b->has_in_proj_w = 1; }
+    else { b->in_proj_b = *t; b->has_in_proj_b = 1; }
+    return ATTNC_OK;
+  }
+  if (!g->used[slot]) {
+    if (quiet) return ATTNC_OK;
+    return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (check the spec: %s)", name, g->canonical);
+  }
+  if (slot == ATTNC_SLOT_MASK) {
+    if (!mask_dtype_ok(t->dtype))
+      return attnc_err_set(err, ATTNC_EBIND, "mask '%s' has dtype %s; use U8, BOOL, an integer type, F32 or F64", name, attnc_dtype_name(t->dtype));
+  } else if (t->dtype != g->dtype) {
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has dtype %s but the kernel computes in %s (spec dtype)", name,
+                         attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
+  }
+  b->t[slot] = *t;
+  snprintf(b->from_buf[slot], sizeof b->from_buf[slot], "%s", name);
+  b->from[slot] = b->from_buf[slot];
+  return ATTNC_OK;
+}
+
+attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err)
+{
+  attnc_err_clear(err);
+  if (!b || !name) return attnc_err_set(err, ATTNC_EARG, "attnc_bind needs bindings and a name");
+  return bind_named(b, name, t, 0, err);
+}
+
+attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *f, const char *prefix, int *nbound, attnc_error *err)
+{
+  size_t i, n, plen = prefix ? strlen(prefix) : 0;
+  int count = 0;
+  attnc_err_clear(err);
+  if (!b || !f) return attnc_err_set(err, ATTNC_EARG, "attnc_bind_safetensors needs bindings and a file");
+  n = attnc_st_count(f);
+  for (i = 0; i < n; i++) {
+    const char *name = attnc_st_name(f, i);
+    attnc_tensor t;
+    attnc_status s;
+    const char *key = name;
+    int slot;
+    if (plen && strncmp(name, prefix, plen) == 0) key = name + plen;
+    else if (plen && lookup_name(name) >= ATTNC_SLOT_WQ) continue; /* a weight of another layer */
+    slot = lookup_name(key);
+    if (slot == -1) continue;
+    if (slot >= 0 && !b->k->gen.used[slot]) continue;
+    s = attnc_st_get(f, i, &t);
+    if (s != ATTNC_OK) return attnc_err_set(err, s, "cannot read tensor '%s'", name);
+    s = bind_named(b, key, &t, 1, err);
+    if (s != ATTNC_OK) return s;
+    count++;
+  }
+  if (nbound) *nbound = count;
+  return ATTNC_OK;
+}
+
+static int find_dim(const attnc_gen *g, const char *name)
+{
+  int i;
+  for (i = 0; i < g->ndims; i++)
+    if (strcmp(g->dim_names[i], name) == 0) return i;
+  return -1;
+}
+
+attnc_status attnc_bind_dim(attnc_bindings *b, const char *name, int64_t value, attnc_error *err)
+{
+  int d;
+  attnc_err_clear(err);
+  if (!b || !name) return attnc_err_set(err, ATTNC_EARG, "attnc_bind_dim needs bindings and a name");
+  d = find_dim(&b->k->gen, name);
+  if (d < 0 || d >= 64) return attnc_err_set(err, ATTNC_EBIND, "the spec has no named dim '%s'", name);
+  if (value < 1 || value >= ((int64_t)1 << 31))
+    return attnc_err_set(err, ATTNC_EBIND, "dim %s = %lld is out of range (1 .. 2^31-1)", name, (long long)value);
+  b->dims[d] = value;
+  b->dim_set[d] = 1;
+  snprintf(b->dim_from[d], sizeof b->dim_from[d], "--dim %s", name);
+  return ATTNC_OK;
+}
+
+const int64_t *attnc_bindings_dims(const attnc_bindings *b) { return b ? b->dims : NULL; }
+
+static void shape_text(const int64_t *dims, int rank, char *buf, size_t n)
+{
+  int i;
+  size_t len = 0;
+  len += (size_t)snprintf(buf, n, "(");
+  for (i = 0; i < rank && len < n; i++)
+    len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)dims[i]);
+  if (len < n) snprintf(buf + len, n - len, ")");
+}
+
+/* Check a tensor's shape against a signature, binding named dims. */
+static attnc_status check_shape(attnc_bindings *b, const char *what, const attnc_tensor *t, const attnc_shape *want, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  char got[256];
+  int a;
+  shape_text(t->shape, t->rank, got, sizeof got);
+  if (t->rank != want->rank)
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has %d dims %s but the kernel expects %d", what, t->rank, got, want->rank);
+  for (a = 0; a < want->rank; a++) {
+    int64_t w = want->dim[a];
+    if (w > 0) {
+      if (t->shape[a] != w)
+        return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' %s: axis %d is %lld but the spec says %lld", what, got, a,
+                             (long long)t->shape[a], (long long)w);
+    } else {
+      int d = (int)(-w - 1);
+      if (b->dim_set[d]) {
+        if (t->shape[a] != b->dims[d])
+          return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' %s: axis %d is %lld but dim %s = %lld (from %s)", what, got, a,
+                               (long long)t->shape[a], g->dim_names[d], (long long)b->dims[d], b->dim_from[d]);
+      } else {
+        if (t->shape[a] < 1 || t->shape[a] >= ((int64_t)1 << 31))
+          return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' %s: axis %d (dim %s) must be between 1 and 2^31-1", what, got, a, g->dim_names[d]);
+        b->dims[d] = t->shape[a];
+        b->dim_set[d] = 1;
+        snprintf(b->dim_from[d], sizeof b->dim_from[d], "%s axis %d", what, a);
+      }
+    }
+  }
+  if (!t->data) {
+    int64_t n = 1;
+    for (a = 0; a < t->rank; a++) n *= t->shape[a];
+    if (n > 0) return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has no data", what);
+  }
+  return ATTNC_OK;
+}
+
+static int64_t resolve(const attnc_bindings *b, int64_t d)
+{
+  return d > 0 ? d : b->dims[-d - 1];
+}
+
+/* Split torch's stacked in_proj_weight [Wq; Wk; Wv] into three views. */
+static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  int64_t hc = (int64_t)g->heads * g->head_dim, gc = (int64_t)g->kv_heads * g->head_dim;
+  size_t es = attnc_dtype_size(g->dtype);
+  int i;
+  int slots_w[3] = { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV };
+  int slots_b[3] = { ATTNC_SLOT_BQ, ATTNC_SLOT_BK, ATTNC_SLOT_BV };
+  int64_t rows[3] = { hc, gc, gc }, off = 0;
+  if (b->has_in_proj_w) {
+    const attnc_tensor *t = &b->in_proj_w;
+    if (g->c_in != g->c_kv)
+      return attnc_err_set(err, ATTNC_EBIND, "in_proj_weight needs q and kv of equal width (%lld vs %lld); use q_proj_weight, k_proj_weight, v_proj_weight",
+                           (long long)g->c_in, (long long)g->c_kv);
+    if (t->rank != 2 || t->shape[0] != hc + 2 * gc || t->shape[1] != g->c_in)
+      return attnc_err_set(err, ATTNC_EBIND, "in_proj_weight must be (%lld, %lld) = [Wq; Wk; Wv]",
+                           (long long)(hc + 2 * gc), (long long)g->c_in);
+    for (i = 0; i < 3; i++) {
+      if (!b->from[slots_w[i]]) {
+        attnc_tensor v = { g->dtype, 2, { rows[i], g->c_in }, (char *)t->data + (size_t)off * (size_t)g->c_in * es };
+        b->t[slots_w[i]] = v;
+        b->from[slots_w[i]] = "in_proj_weight";
+      }
+      off += rows[i];
+    }
+  }
+  off = 0;
+  if (b->has_in_proj_b && g->qkv_bias) {
+    const attnc_tensor *t = &b->in_proj_b;
+    if (t->rank != 1 || t->shape[0] != hc + 2 * gc)
+      return attnc_err_set(err, ATTNC_EBIND, "in_proj_bias must be (%lld)", (long long)(hc + 2 * gc));
+    for (i = 0; i < 3; i++) {
+      if (!b->from[slots_b[i]]) {
+        attnc_tensor v = { g->dtype, 1, { rows[i] }, (char *)t->data + (size_t)off * es };
+        b->t[slots_b[i]] = v;
+        b->from[slots_b[i]] = "in_proj_bias";
+      }
+      off += rows[i];
+    }
+  }
+  return ATTNC_OK;
+}
+
+static int nonzero(const void *base, size_t i, attnc_dtype d)
+{
+  switch (d) {
+  case ATTNC_F32: return ((const float *)base)[i] != 0.0f;
+  case ATTNC_F64: return ((const double *)base)[i] != 0.0;
+  case ATTNC_I16: case ATTNC_U16: return ((const uint16_t *)base)[i] != 0;
+  case ATTNC_I32: case ATTNC_U32: return ((const uint32_t *)base)[i] != 0;
+  case ATTNC_I64: case ATTNC_U64: return ((const uint64_t *)base)[i] != 0;
+  default: return ((const unsigned char *)base)[i] != 0;
+  }
+}
+
+/* The mask may have fewer dims than (batch..., Sk): align from the right,
+ * broadcast size-1 and missing axes with stride 0, copy it to bytes. */
+static attnc_status prepare_mask(attnc_bindings *b, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  const attnc_tensor *t = &b->t[ATTNC_SLOT_MASK];
+  int nb = g->mask.rank - 1, m = t->rank, a;
+  int64_t sk = resolve(b, g->mask.dim[nb]), n = 1, stride = 1;
+  char got[256];
+  shape_text(t->shape, t->rank, got, sizeof got);
+  if (m < 1 || m > nb + 1)
+    return attnc_err_set(err, ATTNC_EBIND, "mask %s must have between 1 and %d dims: (batch axes..., Sk), aligned from the right", got, nb + 1);
+  if (t->shape[m - 1] != sk)
+    return attnc_err_set(err, ATTNC_EBIND, "mask %s: its last axis must be Sk = %lld", got, (long long)sk);
+  for (a = 0; a < ATTNC_ABI_MAX_RANK; a++) b->mask_stride[a] = 0;
+  b->mask_stride[nb] = 1;
+  stride = sk;
+  for (a = m - 2; a >= 0; a--) {
+    int ba = nb - (m - 1 - a); /* the batch axis this mask axis aligns with */
+    int64_t want = resolve(b, g->mask.dim[ba]);
+    if (t->shape[a] != want && t->shape[a] != 1)
+      return attnc_err_set(err, ATTNC_EBIND, "mask %s: axis %d is %lld but must be 1 or %lld (batch axis %d; mask dims align from the right)",
+                           got, a, (long long)t->shape[a], (long long)want, ba);
+    b->mask_stride[ba] = t->shape[a] == 1 ? 0 : (long)stride;
+    stride *= t->shape[a];
+  }
+  for (a = 0; a < m; a++) n *= t->shape[a];
+  if ((size_t)n > b->mask_n) {
+    unsigned char *p = realloc(b->mask_u8, (size_t)n);
+    if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the mask");
+    b->mask_u8 = p;
+    b->mask_n = (size_t)n;
+  }
+  for (a = 0; a < n; a++) b->mask_u8[a] = (unsigned char)nonzero(t->data, (size_t)a, t->dtype);
+  return ATTNC_OK;
+}
+
+attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
+{
+  const attnc_gen *g;
+  attnc_status s;
+  int slot, i, d;
+  static const int order[] = {
+    ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V, ATTNC_SLOT_BIAS,
+    ATTNC_SLOT_WQ, ATTNC_SLOT_BQ, ATTNC_SLOT_WK, ATTNC_SLOT_BK, ATTNC_SLOT_WV, ATTNC_SLOT_BV,
+    ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO
+  };
+  attnc_err_clear(err);
+  if (!b) return attnc_err_set(err, ATTNC_EARG, "bindings are NULL");
+  g = &b->k->gen;
+  /* named dims from the inputs, forgetting what an earlier call inferred */
+  for (d = 0; d < g->ndims && d < 64; d++)
+    if (b->dim_set[d] && strncmp(b->dim_from[d], "--dim", 5) != 0) b->dim_set[d] = 0;
+  s = split_in_proj(b, err);
+  if (s != ATTNC_OK) return s;
+  for (i = 0; i < (int)(sizeof order / sizeof order[0]); i++) {
+    slot = order[i];
+    if (!g->used[slot]) continue;
+    if (!b->from[slot])
+      return attnc_err_set(err, ATTNC_EMISSING, "missing tensor '%s' (bind it as %s)", attnc_slot_name(slot), slot_aliases(slot));
+    s = check_shape(b, b->from[slot], &b->t[slot], &g->shape[slot], err);
+    if (s != ATTNC_OK) return s;
+  }
+  for (d = 0; d < g->ndims; d++)
+    if (!b->dim_set[d]) return attnc_err_set(err, ATTNC_EMISSING, "named dim %s is not bound", g->dim_names[d]);
+  if (g->has_mask) {
+    if (!b->from[ATTNC_SLOT_MASK])
+      return attnc_err_set(err, ATTNC_EMISSING, "missing tensor 'mask' (the spec has mask=key)");
+    s = prepare_mask(b, err);
+    if (s != ATTNC_OK) return s;
+  }
+  if (out) {
+    double elems = 1;
+    out->dtype = g->dtype;
+    out->rank = g->out.rank;
+    for (i = 0; i < g->out.rank; i++) {
+      out->shape[i] = resolve(b, g->out.dim[i]);
+      elems *= (double)out->shape[i];
+    }
+    if (elems * 8 > 9e18) return attnc_err_set(err, ATTNC_EBIND, "the output would have %.3g elements: too large", elems);
+  }
+  return ATTNC_OK;
+}
+
+attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
+{
+  attnc_tensor want;
+  attnc_args args;
+  long dims[64];
+  attnc_status s;
+  int i, rc;
+  if (!out) return attnc_err_set(err, ATTNC_EARG, "attnc_run needs an output tensor");
+  s = attnc_output_shape(b, &want, err);
+  if (s != ATTNC_OK) return s;
+  if (out->dtype != want.dtype || out->rank != want.rank)
+    return attnc_err_set(err, ATTNC_EBIND, "output must be %s with %d dims", attnc_dtype_name(want.dtype), want.rank);
+  for (i = 0; i < want.rank; i++)
+    if (out->shape[i] != want.shape[i]) {
+      char w[256];
+      shape_text(want.shape, want.rank, w, sizeof w);
+      return attnc_err_set(err, ATTNC_EBIND, "output axis %d is %lld but must be %lld: the output is %s", i,
+                           (long long)out->shape[i], (long long)want.shape[i], w);
+    }
+  if (!out->data) return attnc_err_set(err, ATTNC_EARG, "output has no data");
+  memset(&args, 0, sizeof args);
+  for (i = 0; i < b->k->gen.ndims && i < 64; i++) dims[i] = (long)b->dims[i];
+  args.dims = dims;
+  for (i = 0; i < ATTNC_SLOT_COUNT; i++)
+    if (b->k->gen.used[i]) args.t[i] = b->t[i].data;
+  if (b->k->gen.has_mask) {
+    args.t[ATTNC_SLOT_MASK] = b->mask_u8;
+    memcpy(args.mask_stride, b->mask_stride, sizeof args.mask_stride);
+  }
+  args.out = out->data;
+  rc = b->k->run(&args);
+  if (rc != 0) return attnc_err_set(err, ATTNC_ENOMEM, "the kernel could not allocate its scratch memory");
+  return ATTNC_OK;
+}

@@ -1,0 +1,535 @@
+/* Tests of the float64 reference itself, on cases small enough to work out
+ * by hand (or, for the broadcasting rules, against a brute-force loop written
+ * directly over the original axes).  If the reference is wrong, every kernel
+ * check built on it is meaningless, so each rule gets its own case. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "reference.h"
+
+/* cmocka's assert_float_equal rounds to float; these cases need doubles. */
+#define assert_near(got, want, tol)                                             \
+  do {                                                                          \
+    double got_ = (got), want_ = (want);                                        \
+    if (!(fabs(got_ - want_) <= (tol))) {                                       \
+      print_error("%s = %.17g, want %.17g (tol %g)\n", #got, got_, want_,       \
+                  (double)(tol));                                               \
+      fail();                                                                   \
+    }                                                                           \
+  } while (0)
+
+#define TOL 1e-12
+#define LN2 0.69314718055994530942
+
+/* Full mode, self-attention, no options: the caller turns on what it tests. */
+static ref_problem full_problem(int rank, const long *x, int attn_axis, int H, int G, int c)
+{
+  ref_problem p;
+  memset(&p, 0, sizeof p);
+  p.rank = rank;
+  for (int a = 0; a < rank; a++) p.x[a] = p.kv[a] = x[a];
+  p.attn_axis = attn_axis;
+  p.H = H;
+  p.G = G;
+  p.c = c;
+  p.scale = 1.0 / sqrt((double)c);
+  return p;
+}
+
+static ref_problem core_problem(int rank, const long *q, const long *kv)
+{
+  ref_problem p;
+  memset(&p, 0, sizeof p);
+  p.core = 1;
+  p.rank = rank;
+  for (int a = 0; a < rank; a++) {
+    p.x[a] = q[a];
+    p.kv[a] = kv[a];
+  }
+  p.H = (int)q[rank - 3];
+  p.G = (int)kv[rank - 3];
+  p.c = (int)q[rank - 1];
+  p.scale = 1.0 / sqrt((double)p.c);
+  return p;
+}
+
+static ref_tensors no_tensors(void)
+{
+  ref_tensors t;
+  memset(&t, 0, sizeof t);
+  return t;
+}
+
+/* One head, c = 1, all projections 1: q = k = v = x.  With scale = ln 2 the
+ * softmax weights are powers of two, so the answer is a small fraction. */
+static void test_reference_one_head_by_hand(void **state)
+{
+  (void)state;
+  long xs[] = { 3, 1 };
+  ref_problem p = full_problem(2, xs, 0, 1, 1, 1);
+  p.scale = LN2;
+  p.out_bias = 1;
+  double x[] = { 0, 1, 2 }, one[] = { 1 }, wo[] = { 2 }, bo[] = { 0.5 };
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.wq = t.wk = t.wv = one;
+  t.wo = wo;
+  t.bo = bo;
+  double out[3];
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  /* row 0: logits all 0 -> mean of v = 1
+   * row 1: weights 1:2:4 -> (0 + 2 + 8) / 7
+   * row 2: weights 1:4:16 -> (0 + 4 + 32) / 21;  out = 2 o + 0.5 */
+  assert_near(out[0], 2.0 * 1.0 + 0.5, TOL);
+  assert_near(out[1], 2.0 * 10.0 / 7.0 + 0.5, TOL);
+  assert_near(out[2], 2.0 * 36.0 / 21.0 + 0.5, TOL);
+}
+
+/* Cross-attention: kv has its own length (3) and width (2); Wk reads kv
+ * column 0, Wv column 1. */
+static void test_reference_cross_attention_by_hand(void **state)
+{
+  (void)state;
+  long xs[] = { 2, 1 };
+  ref_problem p = full_problem(2, xs, 0, 1, 1, 1);
+  p.kv[0] = 3;
+  p.kv[1] = 2;
+  p.scale = LN2;
+  double x[] = { 0, 1 }, kv[] = { 0, 3, 1, 5, 2, 7 };
+  double one[] = { 1 }, wk[] = { 1, 0 }, wv[] = { 0, 1 };
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.kv = kv;
+  t.wq = t.wo = one;
+  t.wk = wk;
+  t.wv = wv;
+  double out[2];
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  assert_near(out[0], (3.0 + 5.0 + 7.0) / 3.0, TOL);             /* uniform */
+  assert_near(out[1], (1 * 3.0 + 2 * 5.0 + 4 * 7.0) / 7.0, TOL); /* 1:2:4 */
+}
+
+/* x (2 batches, 2 positions, width 1), identity projections, so out = o.
+ * Batch 0 keeps key 0 only; batch 1 masks every key: its rows are empty. */
+static void run_empty_rows(int mode, double *out)
+{
+  long xs[] = { 2, 2, 1 };
+  ref_problem p = full_problem(3, xs, 1, 1, 1, 1);
+  p.has_mask = 1;
+  p.mask_rank = 2;
+  p.mask[0] = 2;
+  p.mask[1] = 2;
+  p.empty_rows = mode;
+  double x[] = { 1, 2, 3, 5 }, one[] = { 1 }, mask[] = { 1, 0, 0, 0 };
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.mask = mask;
+  t.wq = t.wk = t.wv = t.wo = one;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  /* batch 0 sees only key 0 (v = 1), whatever the mode */
+  assert_near(out[0], 1.0, TOL);
+  assert_near(out[1], 1.0, TOL);
+}
+
+static void test_reference_empty_rows_zero(void **state)
+{
+  (void)state;
+  double out[4];
+  run_empty_rows(REF_EMPTY_ZERO, out);
+  assert_true(out[2] == 0.0 && out[3] == 0.0);
+}
+
+static void test_reference_empty_rows_uniform(void **state)
+{
+  (void)state;
+  double out[4];
+  run_empty_rows(REF_EMPTY_UNIFORM, out);
+  assert_near(out[2], (3.0 + 5.0) / 2.0, TOL);   /* mean of v over all keys */
+  assert_near(out[3], (3.0 + 5.0) / 2.0, TOL);
+}
+
+static void test_reference_empty_rows_nan(void **state)
+{
+  (void)state;
+  double out[4];
+  run_empty_rows(REF_EMPTY_NAN, out);
+  assert_true(isnan(out[2]) && isnan(out[3]));
+}
+
+/* Core mode, one head, q = k = 0 so every visible key has the same logit,
+ * v = one-hot rows: o[i][j] = 1/n if row i sees key j (of n), else 0.  This
+ * reads the visibility pattern straight off the output. */
+static void check_pattern(int causal, int has_window, long wl, long wr, long Sq, long Sk,
+                          const double *want)
+{
+  long qs[] = { 1, Sq, Sk }, kvs[] = { 1, Sk, Sk };
+  ref_problem p = core_problem(3, qs, kvs);
+  p.causal = causal;
+  p.has_window = has_window;
+  p.wl = wl;
+  p.wr = wr;
+  double q[64] = { 0 }, k[64] = { 0 }, v[64] = { 0 }, out[64];
+  for (long j = 0; j < Sk; j++) v[j * Sk + j] = 1.0;
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  for (long e = 0; e < Sq * Sk; e++) assert_near(out[e], want[e], TOL);
+}
+
+static void test_reference_causal_top_left(void **state)
+{
+  (void)state;
+  const double fewer_q[] = { 1, 0, 0, 0,            /* Sq=2, Sk=4: row i sees j <= i */
+                             .5, .5, 0, 0 };
+  check_pattern(REF_CAUSAL_TOP_LEFT, 0, 0, 0, 2, 4, fewer_q);
+  const double more_q[] = { 1, 0,                   /* Sq=3, Sk=2 */
+                            .5, .5,
+                            .5, .5 };
+  check_pattern(REF_CAUSAL_TOP_LEFT, 0, 0, 0, 3, 2, more_q);
+}
+
+static void test_reference_causal_bottom_right(void **state)
+{
+  (void)state;
+  const double fewer_q[] = { 1. / 3, 1. / 3, 1. / 3, 0,   /* j <= i + 2 */
+                             .25, .25, .25, .25 };
+  check_pattern(REF_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 2, 4, fewer_q);
+  const double more_q[] = { 0, 0,     /* j <= i - 1: row 0 sees nothing (ZERO) */
+                            1, 0,
+                            .5, .5 };
+  check_pattern(REF_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, 3, 2, more_q);
+}
+
+static void test_reference_window(void **state)
+{
+  (void)state;
+  const double one_back[] = { 1, 0, 0, 0,   /* wl=1, wr=0: keys i-1 and i */
+                              .5, .5, 0, 0,
+                              0, .5, .5, 0,
+                              0, 0, .5, .5 };
+  check_pattern(REF_CAUSAL_NONE, 1, 1, 0, 4, 4, one_back);
+  /* with bottom_right, p = i + 2: causal j <= i+2 and window j >= i+1 */
+  const double shifted[] = { 0, .5, .5, 0,
+                             0, 0, .5, .5 };
+  check_pattern(REF_CAUSAL_BOTTOM_RIGHT, 1, 1, 5, 2, 4, shifted);
+}
+
+static void test_reference_global_ungated_shape(void **state)
+{
+  (void)state;
+  long xs[] = { 2, 3, 4 };
+  ref_problem p = full_problem(3, xs, 0, 2, 1, 2);
+  p.global = 1;
+  int rank = 0;
+  long shape[REF_MAX_RANK];
+  assert_int_equal(ref_output_shape(&p, &rank, shape), 1 * 3 * 4);
+  assert_int_equal(rank, 3);
+  assert_int_equal(shape[0], 1);
+  assert_int_equal(shape[1], 3);
+  assert_int_equal(shape[2], 4);
+  /* gated: the one row is broadcast back over the axis */
+  p.gated = 1;
+  assert_int_equal(ref_output_shape(&p, &rank, shape), 2 * 3 * 4);
+  assert_int_equal(shape[0], 2);
+}
+
+/* Global, c = 1, projections 1: the averaged query attends to all keys. */
+static void test_reference_global_by_hand(void **state)
+{
+  (void)state;
+  long xs[] = { 3, 1 };
+  ref_problem p = full_problem(2, xs, 0, 1, 1, 1);
+  p.global = 1;
+  p.scale = LN2;
+  double x[] = { 0, 1, 2 }, one[] = { 1 }, zero[] = { 0 }, mask[] = { 1, 1, 0 };
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.wq = t.wk = t.wv = t.wo = one;
+  double out[3];
+
+  /* plain mean q = 1: weights 1:2:4 over v = 0, 1, 2 */
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  assert_near(out[0], 10.0 / 7.0, TOL);
+
+  /* masked mean over positions 0, 1: q = 0.5, key 2 hidden: weights 1:sqrt2 */
+  p.has_mask = 1;
+  p.mask_rank = 1;
+  p.mask[0] = 3;
+  p.global_masked = 1;
+  t.mask = mask;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  assert_near(out[0], sqrt(2.0) / (1.0 + sqrt(2.0)), TOL);
+
+  /* gated: the one row times sigmoid(x_i) at each position */
+  p.has_mask = 0;
+  p.global_masked = 0;
+  p.gated = 1;
+  t.wg = one;
+  t.bg = zero;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  for (int i = 0; i < 3; i++)
+    assert_near(out[i], 10.0 / 7.0 / (1.0 + exp(-x[i])), TOL);
+}
+
+/* H = 4 query heads over G = 2 kv heads: heads 0,1 read kv head 0, heads 2,3
+ * read kv head 1 (h / (H/G), not h % G). */
+static void test_reference_gqa_head_mapping(void **state)
+{
+  (void)state;
+  /* core: one key, so each head's output is its kv head's v */
+  long qs[] = { 4, 1, 1 }, kvs[] = { 2, 1, 1 };
+  ref_problem p = core_problem(3, qs, kvs);
+  double q[] = { 1, 2, 3, 4 }, k[] = { 1, 1 }, v[] = { 10, 20 }, out[4];
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  assert_near(out[0], 10, TOL);
+  assert_near(out[1], 10, TOL);
+  assert_near(out[2], 20, TOL);
+  assert_near(out[3], 20, TOL);
+
+  /* full: Wv makes kv head values 10 and 20, Wo weighs the heads by
+   * 1, 10, 100, 1000 so the output spells the mapping in decimal */
+  long xs[] = { 1, 1 };
+  ref_problem f = full_problem(2, xs, 0, 4, 2, 1);
+  double x[] = { 1 }, wq[] = { 1, 1, 1, 1 }, wk[] = { 1, 1 }, wv[] = { 10, 20 };
+  double wo[] = { 1, 10, 100, 1000 }, o1[1];
+  ref_tensors ft = no_tensors();
+  ft.x = x;
+  ft.wq = wq;
+  ft.wk = wk;
+  ft.wv = wv;
+  ft.wo = wo;
+  assert_int_equal(ref_attention(&f, &ft, o1), 0);
+  assert_near(o1[0], 10 * 1 + 10 * 10 + 20 * 100 + 20 * 1000, TOL);
+}
+
+/* Logits near 330 overflow exp() in f32, near 1000 in f64, and near -1000
+ * underflow to 0/0: the row-max subtraction must make all three exact. */
+static void test_reference_large_logits(void **state)
+{
+  (void)state;
+  long qs[] = { 1, 1, 1 }, kvs[] = { 1, 3, 1 };
+  ref_problem p = core_problem(3, qs, kvs);
+  p.scale = 1.0;
+  const double centre[] = { 330, 1000, -1000 };
+  double want = 1.0 / (1.0 + exp(-1.0) + exp(-2.0));
+  for (int n = 0; n < 3; n++) {
+    double q[] = { 1 }, k[3], v[] = { 1, 0, 0 }, out[1];
+    for (int j = 0; j < 3; j++) k[j] = centre[n] - j;
+    ref_tensors t = no_tensors();
+    t.q = q;
+    t.k = k;
+    t.v = v;
+    assert_int_equal(ref_attention(&p, &t, out), 0);
+    assert_true(isfinite(out[0]));
+    assert_near(out[0], want, TOL);
+  }
+}
+
+/* A small deterministic generator, so the brute-force case is reproducible. */
+static double rnd(unsigned long *s)
+{
+  *s = *s * 6364136223846793005UL + 1442695040888963407UL;
+  return (double)((*s >> 33) & 0xffff) / 32768.0 - 1.0;
+}
+
+/* Sizes of the rank-4 case: x (N0, S, N2, CIN), attention over axis 1, so
+ * the batch axes are N0 and N2.  N0 != N2 makes the alignment matter: the
+ * bias (N0, H, S, S) only fits left-aligned, the mask (N2, S) only
+ * right-aligned. */
+enum { N0 = 2, S = 4, N2 = 3, CIN = 3, NH = 2, HC = 2 };
+
+static void fill_rank4(unsigned long seed, double *x, double *wq, double *bq, double *wk,
+                       double *bk, double *wv, double *bv, double *wg, double *bg,
+                       double *wo, double *bo, double *bias)
+{
+  for (int e = 0; e < N0 * S * N2 * CIN; e++) x[e] = rnd(&seed);
+  for (int e = 0; e < NH * HC * CIN; e++) {
+    wq[e] = rnd(&seed);
+    wk[e] = rnd(&seed);
+    wv[e] = rnd(&seed);
+    wg[e] = rnd(&seed);
+    wo[e] = rnd(&seed);
+  }
+  for (int e = 0; e < NH * HC; e++) {
+    bq[e] = rnd(&seed);
+    bk[e] = rnd(&seed);
+    bv[e] = rnd(&seed);
+    bg[e] = rnd(&seed);
+  }
+  for (int e = 0; e < CIN; e++) bo[e] = rnd(&seed);
+  for (int e = 0; e < N0 * NH * S * S; e++) bias[e] = 3.0 * rnd(&seed);
+}
+
+static void test_reference_bias_mask_broadcast_rank4(void **state)
+{
+  (void)state;
+  static double x[N0][S][N2][CIN], wq[NH * HC][CIN], wk[NH * HC][CIN], wv[NH * HC][CIN];
+  static double wg[NH * HC][CIN], wo[CIN][NH * HC], bq[NH * HC], bk[NH * HC], bv[NH * HC];
+  static double bg[NH * HC], bo[CIN], bias[N0][NH][S][S];
+  static double out[N0][S][N2][CIN], want[N0][S][N2][CIN];
+  const double mask[N2][S] = { { 1, 0, 1, 1 }, { 0, 0, 1, 0 }, { 1, 1, 1, 1 } };
+  fill_rank4(7, &x[0][0][0][0], &wq[0][0], bq, &wk[0][0], bk, &wv[0][0], bv, &wg[0][0], bg,
+             &wo[0][0], bo, &bias[0][0][0][0]);
+
+  long xs[] = { N0, S, N2, CIN };
+  ref_problem p = full_problem(4, xs, 1, NH, NH, HC);
+  p.qkv_bias = p.out_bias = p.gated = 1;
+  p.has_bias = 1;
+  p.bias_rank = 4;
+  p.bias[0] = N0;
+  p.bias[1] = NH;
+  p.bias[2] = S;
+  p.bias[3] = S;
+  p.has_mask = 1;
+  p.mask_rank = 2;
+  p.mask[0] = N2;
+  p.mask[1] = S;
+  ref_tensors t = no_tensors();
+  t.x = &x[0][0][0][0];
+  t.wq = &wq[0][0];
+  t.bq = bq;
+  t.wk = &wk[0][0];
+  t.bk = bk;
+  t.wv = &wv[0][0];
+  t.bv = bv;
+  t.wg = &wg[0][0];
+  t.bg = bg;
+  t.wo = &wo[0][0];
+  t.bo = bo;
+  t.bias = &bias[0][0][0][0];
+  t.mask = &mask[0][0];
+  assert_int_equal(ref_attention(&p, &t, &out[0][0][0][0]), 0);
+
+  /* Brute force, written over the original axes with no reshaping. */
+  for (int n0 = 0; n0 < N0; n0++)
+    for (int n2 = 0; n2 < N2; n2++) {
+      double q[S][NH * HC], k[S][NH * HC], v[S][NH * HC], o[S][NH * HC];
+      for (int s = 0; s < S; s++)
+        for (int f = 0; f < NH * HC; f++) {
+          q[s][f] = bq[f];
+          k[s][f] = bk[f];
+          v[s][f] = bv[f];
+          for (int e = 0; e < CIN; e++) {
+            q[s][f] += wq[f][e] * x[n0][s][n2][e];
+            k[s][f] += wk[f][e] * x[n0][s][n2][e];
+            v[s][f] += wv[f][e] * x[n0][s][n2][e];
+          }
+        }
+      for (int h = 0; h < NH; h++)
+        for (int i = 0; i < S; i++) {
+          double a[S], m = -1e300, sum = 0;
+          for (int j = 0; j < S; j++) {
+            a[j] = 0;
+            for (int d = 0; d < HC; d++) a[j] += q[i][h * HC + d] * k[j][h * HC + d];
+            a[j] = a[j] / sqrt((double)HC) + bias[n0][h][i][j];
+            if (mask[n2][j] != 0 && a[j] > m) m = a[j];
+          }
+          for (int j = 0; j < S; j++) {
+            a[j] = mask[n2][j] != 0 ? exp(a[j] - m) : 0.0;
+            sum += a[j];
+          }
+          for (int d = 0; d < HC; d++) {
+            o[i][h * HC + d] = 0;
+            for (int j = 0; j < S; j++) o[i][h * HC + d] += a[j] / sum * v[j][h * HC + d];
+          }
+        }
+      for (int i = 0; i < S; i++)
+        for (int e = 0; e < CIN; e++) {
+          double y = bo[e];
+          for (int f = 0; f < NH * HC; f++) {
+            double gz = bg[f];
+            for (int u = 0; u < CIN; u++) gz += wg[f][u] * x[n0][i][n2][u];
+            y += wo[e][f] * o[i][f] / (1.0 + exp(-gz));
+          }
+          want[n0][i][n2][e] = y;
+        }
+    }
+  for (int n0 = 0; n0 < N0; n0++)
+    for (int i = 0; i < S; i++)
+      for (int n2 = 0; n2 < N2; n2++)
+        for (int e = 0; e < CIN; e++)
+          assert_near(out[n0][i][n2][e], want[n0][i][n2][e], 1e-12);
+
+  /* The same shapes aligned the other way round do not broadcast. */
+  p.bias[0] = N2;
+  assert_int_equal(ref_attention(&p, &t, &out[0][0][0][0]), -1);
+  p.bias[0] = N0;
+  p.mask[0] = N0;
+  assert_int_equal(ref_attention(&p, &t, &out[0][0][0][0]), -1);
+}
+
+static void test_reference_rejects_bad_problems(void **state)
+{
+  (void)state;
+  long xs[] = { 2, 3, 6 };
+  double x[36] = { 0 }, w[36] = { 0 }, out[36];
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.wq = t.wk = t.wv = t.wo = w;
+  int rank;
+  long shape[REF_MAX_RANK];
+
+  ref_problem ok = full_problem(3, xs, 1, 2, 2, 3);
+  assert_int_equal(ref_attention(&ok, &t, out), 0);
+
+  ref_problem p = full_problem(3, xs, 1, 3, 2, 2);   /* H % G != 0 */
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  assert_int_equal(ref_output_shape(&p, &rank, shape), -1);
+
+  p = full_problem(3, xs, 2, 2, 2, 3);               /* attention over the width */
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+
+  p = full_problem(3, xs, 1, 2, 2, 3);               /* bias Sk dim 2, neither 3 nor 1 */
+  p.has_bias = 1;
+  p.bias_rank = 3;
+  p.bias[0] = 2;
+  p.bias[1] = 3;
+  p.bias[2] = 2;
+  t.bias = w;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.bias[2] = 1;                                     /* broadcast: fine */
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+
+  p = full_problem(3, xs, 1, 2, 2, 3);               /* mask declared, no tensor */
+  p.has_mask = 1;
+  p.mask_rank = 1;
+  p.mask[0] = 3;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+
+  p = full_problem(3, xs, 1, 2, 2, 3);               /* self-attention, kv shape differs */
+  p.kv[1] = 4;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_reference_one_head_by_hand),
+    cmocka_unit_test(test_reference_cross_attention_by_hand),
+    cmocka_unit_test(test_reference_empty_rows_zero),
+    cmocka_unit_test(test_reference_empty_rows_uniform),
+    cmocka_unit_test(test_reference_empty_rows_nan),
+    cmocka_unit_test(test_reference_causal_top_left),
+    cmocka_unit_test(test_reference_causal_bottom_right),
+    cmocka_unit_test(test_reference_window),
+    cmocka_unit_test(test_reference_global_ungated_shape),
+    cmocka_unit_test(test_reference_global_by_hand),
+    cmocka_unit_test(test_reference_gqa_head_mapping),
+    cmocka_unit_test(test_reference_large_logits),
+    cmocka_unit_test(test_reference_bias_mask_broadcast_rank4),
+    cmocka_unit_test(test_reference_rejects_bad_problems),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,901 @@
+#!/usr/bin/python3
+# make_golden.py: golden test data for attnc, computed with PyTorch.
+#
+# Regenerate everything (deterministic, fixed seeds) with
+#
+#     /usr/bin/python3 tools/make_golden.py
+#
+# (Debian's python3-torch; only the standard library, torch and numpy are
+# used.)  It rewrites tests/golden/: one NAME.safetensors per case, the
+# index tests/golden/cases.txt (NAME <TAB> PREFIX or - <TAB> SPEC) and
+# tests/golden/README.md.
+#
+# Each case is a spec string in the language of ../shared/DESIGN.md.  The
+# script parses it, draws weights and inputs, and computes the expected
+# output in float64 with a torch implementation that follows the AlphaFold
+# worksheet's MultiHeadAttention (prepare_qkv, prepare_qkv_global, forward)
+# step by step: movedim of attn_dim to -2, view into heads, transpose,
+# einsum, the seed's bias broadcast rule, mask[..., None, None, :], moveaxis
+# back, gate, linear_o.  Extended per DESIGN.md: kv_heads (GQA/MQA,
+# repeat_interleave), head_dim != c_in/H, qkv_bias / out_bias, gated,
+# global (plain and masked mean, gated and ungated), cross-attention,
+# causal top_left / bottom_right, window L,R, scale, empty_rows
+# zero/uniform/nan, mode=core, dtype f32/f64.  Masking is an exact -inf
+# fill with explicit handling of rows that see no key (no -1e8 trick).
+#
+# Every case is checked against a second, loop-by-loop numpy implementation
+# written independently of the torch one (it indexes the original layout
+# instead of moving axes); a few plain cases are also checked against
+# torch.nn.MultiheadAttention.  The script asserts all of these.
+#
+# Covered: presets alphafold/mha/mqa/gqa; x, kv (cross 5x30 and 30x5, other
+# width); attn_dim -2/-3/-4/0/1 on 2-D..5-D inputs; heads, kv_heads (8/2,
+# 6/3, MQA); head_dim != c_in/H; qkv_bias on/off; out_bias=false; gated;
+# global (plain/masked mean, gated/ungated); bias with fewer leading dims
+# than the batch; key masks with fewer dims than the batch (stored U8, BOOL
+# and F32); causal flag/top_left/bottom_right; window 16,0 / 3,3 / 2,5 with
+# rows emptied by padding; empty_rows zero/uniform/nan; scale=0.37;
+# mode=core incl. decode (Sq=1) over grouped KV heads; dtype f32/f64;
+# logits near 330; name=; named dims; the three weight naming schemes and
+# a layer prefix.
+#
+# Conventions of the data (also in tests/golden/README.md):
+#  * weights and inputs are in the case's dtype (f32 cases: drawn in
+#    float64, rounded to float32, and the truth computed in float64 from
+#    the rounded values); masks are U8, BOOL or F32 with values 0/1;
+#  * `out` is always F64 (the float64 truth), NaN where empty_rows=nan;
+#  * a prefix applies to weight names only; inputs and `out` have none.
+
+import json
+import math
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_DIR = os.path.join(ROOT, "tests", "golden")
+
+torch.set_default_dtype(torch.float64)
+
+# --------------------------------------------------------------------------
+# Spec parsing (the subset of DESIGN.md's language the cases use; all of it)
+# --------------------------------------------------------------------------
+
+PRESETS = ("alphafold", "mha", "mqa", "gqa")
+FLAGS = ("gated", "global", "causal", "qkv_bias", "out_bias")
+
+
+def parse_shape(text, dims):
+    out = []
+    for d in text.split(","):
+        if d.lstrip("-").isdigit():
+            out.append(int(d))
+        else:
+            assert d in dims, "unbound dim name %s" % d
+            out.append(dims[d])
+    return tuple(out)
+
+
+def parse_bool(v):
+    assert v in ("true", "false"), v
+    return v == "true"
+
+
+def parse_spec(spec, dims):
+    words = spec.split()
+    raw = {}
+    preset = None
+    if words and words[0] in PRESETS:
+        preset = words[0]
+        words = words[1:]
+    for w in words:
+        if "=" in w:
+            k, v = w.split("=", 1)
+        else:
+            assert w in FLAGS, "unknown flag " + w
+            k, v = w, "true"
+        assert k not in raw, "duplicate key " + k
+        raw[k] = v
+    p = {}
+    p["preset"] = preset
+    p["mode"] = raw.pop("mode", "full")
+    p["dtype"] = raw.pop("dtype", "f32")
+    assert p["dtype"] in ("f32", "f64")
+    p["name"] = raw.pop("name", None)
+    p["qkv_bias"] = parse_bool(raw.pop("qkv_bias", "false" if preset == "alphafold" else "true"))
+    p["out_bias"] = parse_bool(raw.pop("out_bias", "true"))
+    p["gated"] = parse_bool(raw.pop("gated", "false"))
+    p["global"] = parse_bool(raw.pop("global", "false"))
+    p["global_mean"] = raw.pop("global_mean", "plain")
+    assert p["global_mean"] in ("plain", "masked")
+    c = raw.pop("causal", None)
+    p["causal"] = {None: None, "true": "top_left", "top_left": "top_left",
+                   "bottom_right": "bottom_right", "false": None}[c]
+    w = raw.pop("window", None)
+    p["window"] = tuple(int(t) for t in w.split(",")) if w else None
+    s = raw.pop("scale", None)
+    p["scale_given"] = float(s) if s is not None else None
+    p["empty_rows"] = raw.pop("empty_rows", "zero")
+    assert p["empty_rows"] in ("zero", "uniform", "nan")
+    m = raw.pop("mask", "none")
+    assert m in ("key", "none")
+    p["mask"] = m == "key"
+    b = raw.pop("bias", None)
+    p["bias"] = parse_shape(b, dims) if b else None
+
+    if p["mode"] == "core":
+        q = parse_shape(raw.pop("q"), dims)
+        kv = parse_shape(raw.pop("kv"), dims) if "kv" in raw else q
+        raw.pop("kv", None)
+        assert len(q) >= 3 and len(kv) == len(q) and kv[:-3] == q[:-3] and kv[-1] == q[-1]
+        p["q"], p["kvshape"] = q, kv
+        p["H"], p["Sq"], p["c"] = q[-3], q[-2], q[-1]
+        p["G"], p["Sk"] = kv[-3], kv[-2]
+        if "heads" in raw:
+            assert int(raw.pop("heads")) == p["H"]
+        if "kv_heads" in raw:
+            assert int(raw.pop("kv_heads")) == p["G"]
+        if preset == "mqa":
+            assert p["G"] == 1
+        assert not p["gated"] and not p["global"]
+        p["batch"] = q[:-3]
+    else:
+        x = parse_shape(raw.pop("x"), dims)
+        kv = parse_shape(raw.pop("kv"), dims) if "kv" in raw else None
+        p["x"] = x
+        p["cross"] = kv is not None
+        p["kvshape"] = kv if kv is not None else x
+        r = len(x)
+        ad = int(raw.pop("attn_dim", "-2"))
+        a = ad + r if ad < 0 else ad
+        assert 0 <= a < r - 1, "attn_dim on the feature axis"
+        p["attn_dim"], p["axis"] = ad, a
+        kvs = p["kvshape"]
+        assert len(kvs) == r
+        assert all(kvs[i] == x[i] for i in range(r - 1) if i != a), "kv batch dims differ"
+        p["c_in"], p["c_kv"] = x[-1], kvs[-1]
+        p["Sq"], p["Sk"] = x[a], kvs[a]
+        H = int(raw.pop("heads"))
+        p["H"] = H
+        p["G"] = int(raw.pop("kv_heads", "1" if preset == "mqa" else str(H)))
+        assert H % p["G"] == 0
+        p["c"] = int(raw.pop("head_dim", str(x[-1] // H)))
+        p["batch"] = tuple(x[i] for i in range(r - 1) if i != a)
+        if p["global"]:
+            assert p["G"] == H and not p["cross"]
+            assert p["causal"] is None and p["window"] is None and p["bias"] is None
+    assert not raw, "unknown keys %s" % raw
+    p["scale"] = p["scale_given"] if p["scale_given"] is not None else 1.0 / math.sqrt(p["c"])
+    if p["bias"] is not None:
+        bb = p["bias"]
+        Sq_l = p["Sq"]
+        assert bb[-3:] == (p["H"], Sq_l, p["Sk"]), "bias shape"
+        lead = bb[:-3]
+        assert len(lead) <= len(p["batch"]) and all(
+            d == e or d == 1 for d, e in zip(lead, p["batch"]))
+    return p
+
+
+# --------------------------------------------------------------------------
+# Implementation 1: torch, following the seed's forward() step by step
+# --------------------------------------------------------------------------
+
+def visibility(p, Sq, Sk):
+    """(Sq, Sk) bool: which keys the causal/window structure lets query i see."""
+    i = torch.arange(Sq)[:, None]
+    j = torch.arange(Sk)[None, :]
+    allowed = torch.ones(Sq, Sk, dtype=torch.bool)
+    pos = i + (Sk - Sq) if p["causal"] == "bottom_right" else i
+    if p["causal"] is not None:
+        allowed &= j <= pos
+    if p["window"] is not None:
+        L, R = p["window"]
+        allowed &= (j >= pos - L) & (j <= pos + R)
+    return allowed
+
+
+def attend(p, q, k, v, bias, mask):
+    """q (*, H, Sq', c), k and v (*, G or 1, Sk, c) -> o (*, H, Sq', c), empty count."""
+    H, G = q.shape[-3], k.shape[-3]
+    if G != H:  # GQA / MQA: query head h uses kv head h // (H/G)
+        k = k.repeat_interleave(H // G, dim=-3)
+        v = v.repeat_interleave(H // G, dim=-3)
+    q = q * p["scale"]
+    a = torch.einsum('...qc,...kc->...qk', q, k)
+    if bias is not None:
+        bias_batch_shape = bias.shape[:-3]
+        bias_bc_shape = bias_batch_shape + (1,) * (a.ndim - len(bias_batch_shape) - 3) + bias.shape[-3:]
+        bias = bias.view(bias_bc_shape)
+        a = a + bias
+    allowed = visibility(p, a.shape[-2], a.shape[-1])
+    if mask is not None:
+        allowed = allowed & (mask != 0)[..., None, None, :]
+    allowed = allowed.expand(a.shape)
+    a = a.masked_fill(~allowed, float("-inf"))
+    empty = ~allowed.any(dim=-1, keepdim=True)
+    w = torch.softmax(a, dim=-1)
+    Sk = a.shape[-1]
+    fill = {"zero": 0.0, "uniform": 1.0 / Sk, "nan": float("nan")}[p["empty_rows"]]
+    w = torch.where(empty, torch.full_like(w, fill), w)
+    o = torch.einsum('...qk,...kc->...qc', w, v)
+    return o, int(empty.sum())
+
+
+def forward_torch(p, t):
+    """t: dict of float64 tensors (weights by role, inputs). Returns out, #empty rows."""
+    mask = t.get("mask")
+    if p["mode"] == "core":
+        return attend(p, t["q"], t["k"], t["v"], t.get("bias"), mask)
+    x = t["x"]
+    kvin = t["kv"] if p["cross"] else x
+    ad, H, c = p["attn_dim"], p["H"], p["c"]
+
+    def lin(inp, role):
+        y = inp @ t["w" + role].T
+        if ("b" + role) in t:
+            y = y + t["b" + role]
+        return y
+
+    q, k, v = lin(x, "q"), lin(kvin, "k"), lin(kvin, "v")
+    if p["global"]:
+        # prepare_qkv_global
+        q = q.movedim(ad, -2)
+        k = k.movedim(ad, -2)
+        v = v.movedim(ad, -2)
+        q = q.view(q.shape[:-1] + (H, c)).transpose(-2, -3)
+        k = k.unsqueeze(-3)
+        v = v.unsqueeze(-3)
+        if p["global_mean"] == "masked" and mask is not None:
+            m = (mask != 0).to(q.dtype)[..., None, :, None]
+            num = (q * m).sum(dim=-2, keepdim=True)
+            cnt = m.sum(dim=-2, keepdim=True).expand(num.shape)
+            q = torch.where(cnt > 0, num / cnt.clamp(min=1.0), torch.zeros_like(num))
+        else:
+            q = torch.mean(q, dim=-2, keepdim=True)
+    else:
+        # prepare_qkv, with G kv heads
+        q = q.movedim(ad, -2)
+        k = k.movedim(ad, -2)
+        v = v.movedim(ad, -2)
+        q = q.view(q.shape[:-1] + (H, -1)).transpose(-2, -3)
+        k = k.view(k.shape[:-1] + (p["G"], -1)).transpose(-2, -3)
+        v = v.view(v.shape[:-1] + (p["G"], -1)).transpose(-2, -3)
+    o, nempty = attend(p, q, k, v, t.get("bias"), mask)
+    o = o.transpose(-3, -2)
+    o = torch.flatten(o, start_dim=-2)
+    o = o.moveaxis(-2, ad)
+    if p["gated"]:
+        g = torch.sigmoid(lin(x, "g"))
+        o = g * o
+    out = lin(o, "o")
+    return out, nempty
+
+
+# --------------------------------------------------------------------------
+# Implementation 2: numpy loops over the original layout (independent check)
+# --------------------------------------------------------------------------
+
+def bcast_index(shape, idx):
+    return tuple(0 if s == 1 else i for s, i in zip(shape, idx))
+
+
+def forward_loops(p, t):
+    T = {k: v.numpy() for k, v in t.items()}
+    scale, H, G, c = p["scale"], p["H"], p["G"], p["c"]
+    Sk = p["Sk"]
+    mask, bias = T.get("mask"), T.get("bias")
+
+    def rows(batch_idx, Sq, Q, K, V, out_row):
+        """Q: (Sq', H*c); K, V: (Sk, G*c) or (Sk, c) (global); writes out_row(i, h, vec)."""
+        bl = None
+        if bias is not None:
+            nb = bias.ndim - 3
+            bl = bias[bcast_index(bias.shape[:nb], batch_idx[:nb])]
+        keymask = np.ones(Sk, dtype=bool)
+        if mask is not None:
+            nm = mask.ndim - 1
+            mrow = mask[bcast_index(mask.shape[:nm], batch_idx[len(batch_idx) - nm:])] if nm else mask
+            keymask = mrow != 0
+        for h in range(H):
+            if p.get("global"):
+                gidx = 0
+                kh, vh = K, V
+            else:
+                gidx = h // (H // G)
+                kh, vh = K[:, gidx * c:(gidx + 1) * c], V[:, gidx * c:(gidx + 1) * c]
+            qh = Q[:, h * c:(h + 1) * c]
+            for i in range(qh.shape[0]):
+                vis = []
+                for j in range(Sk):
+                    ok = bool(keymask[j])
+                    pos = i + Sk - Sq if p["causal"] == "bottom_right" else i
+                    if p["causal"] is not None and not j <= pos:
+                        ok = False
+                    if p["window"] is not None and not (pos - p["window"][0] <= j <= pos + p["window"][1]):
+                        ok = False
+                    vis.append(ok)
+                if not any(vis):
+                    if p["empty_rows"] == "zero":
+                        o = np.zeros(c)
+                    elif p["empty_rows"] == "nan":
+                        o = np.full(c, np.nan)
+                    else:
+                        o = vh.sum(axis=0) / Sk
+                    out_row(i, h, o)
+                    continue
+                logit = np.array([float(np.dot(qh[i], kh[j])) * scale for j in range(Sk)])
+                if bl is not None:
+                    logit = logit + bl[h, i, :]
+                mx = max(logit[j] for j in range(Sk) if vis[j])
+                e = np.array([math.exp(logit[j] - mx) if vis[j] else 0.0 for j in range(Sk)])
+                wts = e / e.sum()
+                out_row(i, h, wts @ vh)
+
+    if p["mode"] == "core":
+        q, k, v = T["q"], T["k"], T["v"]
+        out = np.zeros(q.shape)
+        for bi in np.ndindex(*p["batch"]):
+            def put(i, h, o, bi=bi):
+                out[bi + (h, i)] = o
+            rows(bi, p["Sq"], q[bi].transpose(1, 0, 2).reshape(p["Sq"], H * c),
+                 k[bi].transpose(1, 0, 2).reshape(Sk, G * c),
+                 v[bi].transpose(1, 0, 2).reshape(Sk, G * c), put)
+        return out
+
+    x = T["x"]
+    kvin = T["kv"] if p["cross"] else x
+    a = p["axis"]
+    r = x.ndim
+    baxes = [d for d in range(r - 1) if d != a]
+    Sq = p["Sq"]
+    Sout = 1 if (p["global"] and not p["gated"]) else Sq
+    oshape = list(x.shape)
+    oshape[a] = Sout
+    out = np.zeros(oshape)
+
+    def lin(inp, role):
+        y = inp @ T["w" + role].T
+        if ("b" + role) in T:
+            y = y + T["b" + role]
+        return y
+
+    for bi in np.ndindex(*p["batch"]):
+        def sel(arr, pos=None):
+            idx = [slice(None)] * r
+            for d, i in zip(baxes, bi):
+                idx[d] = i
+            if pos is not None:
+                idx[a] = pos
+            return arr[tuple(idx)]
+        xs, kvs = sel(x), sel(kvin)          # (Sq, c_in), (Sk, c_kv)
+        Q, K, V = lin(xs, "q"), lin(kvs, "k"), lin(kvs, "v")
+        if p["global"]:
+            if p["global_mean"] == "masked" and mask is not None:
+                nm = mask.ndim - 1
+                mrow = mask[bcast_index(mask.shape[:nm], bi[len(bi) - nm:])] if nm else mask
+                keep = [s for s in range(Sq) if mrow[s] != 0]
+                Q = (Q[keep].sum(axis=0) / len(keep) if keep else np.zeros(Q.shape[1]))[None, :]
+            else:
+                Q = Q.mean(axis=0)[None, :]
+        O = np.zeros((Q.shape[0], H * c))
+
+        def put(i, h, o):
+            O[i, h * c:(h + 1) * c] = o
+        rows(bi, Sq, Q, K, V, put)
+        if p["gated"]:
+            O = (1.0 / (1.0 + np.exp(-lin(xs, "g")))) * O   # broadcasts the global row
+        res = lin(O, "o")
+        for s in range(Sout):
+            idx = [slice(None)] * r
+            for d, i in zip(baxes, bi):
+                idx[d] = i
+            idx[a] = s
+            out[tuple(idx)] = res[s]
+    return out
+
+
+# --------------------------------------------------------------------------
+# safetensors writer / reader
+# --------------------------------------------------------------------------
+
+ST_DTYPES = {"F64": ("<f8", 8), "F32": ("<f4", 4), "U8": ("u1", 1), "BOOL": ("?", 1)}
+
+
+def write_safetensors(path, tensors, metadata):
+    """tensors: list of (name, st_dtype, numpy array)."""
+    order = sorted(tensors, key=lambda e: (-ST_DTYPES[e[1]][1], e[0]))
+    header = {"__metadata__": metadata}
+    blobs = []
+    off = 0
+    for name, dt, arr in order:
+        b = np.ascontiguousarray(arr.astype(ST_DTYPES[dt][0])).tobytes()
+        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((-len(h)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b0, b1 = e["data_offsets"]
+        arr = np.frombuffer(data[base + b0:base + b1], dtype=ST_DTYPES[e["dtype"]][0])
+        out[name] = (e["dtype"], arr.reshape(e["shape"]))
+    return out, header.get("__metadata__", {})
+
+
+# --------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------
+
+def padding_mask(lengths, S, left=False):
+    m = torch.zeros(len(lengths), S, dtype=torch.int64)
+    for b, n in enumerate(lengths):
+        if left:
+            m[b, S - n:] = 1
+        else:
+            m[b, :n] = 1
+    return m
+
+
+CASES = []
+
+
+def case(name, spec, **kw):
+    kw["name"], kw["spec"] = name, spec
+    CASES.append(kw)
+
+
+# ---- AlphaFold-style -----------------------------------------------------
+case("af_row_gated_bias",
+     "alphafold x=3,5,16 attn_dim=-2 heads=2 head_dim=4 gated bias=3,2,5,5 mask=key",
+     names="af", note="MSA row attention: gate, pair bias over the full batch, key mask")
+case("af_row_named_dims",
+     "alphafold x=S,R,16 attn_dim=-2 heads=2 head_dim=8 gated bias=2,R,R mask=key",
+     dims={"S": 3, "R": 7}, names="af",
+     note="named dims S,R bound from x; bias (H,R,R) with no leading dims broadcast over S")
+case("af_col_global_masked_gated",
+     "alphafold x=6,4,16 attn_dim=-3 heads=2 head_dim=4 gated global global_mean=masked mask=key",
+     names="af", mask_fn="global_col", expect_empty=True,
+     note="extra-MSA global column attention, masked mean; one column fully masked (count 0 -> q 0, empty row -> o 0, out = g*0 -> linear_o bias)")
+case("af_global_plain_ungated",
+     "alphafold mode=full x=4,7,12 heads=3 head_dim=4 global",
+     names="af", note="global, plain mean (default), explicit mode=full, ungated: output has length 1 on the attention axis")
+case("af_global_masked_ungated_attn1",
+     "alphafold x=3,6,2,8 attn_dim=1 heads=2 head_dim=3 global global_mean=masked mask=key",
+     names="af", note="global masked mean, ungated, 4-D with positive attn_dim=1; out (3,1,2,8)")
+case("af_global_plain_gated_mask",
+     "alphafold x=2,6,8 heads=4 head_dim=2 gated global global_mean=plain mask=key",
+     names="af", note="global plain mean (masked queries included) with a key mask, gated: the one row broadcast by the gate")
+case("af_attn_m3_4d_short_mask",
+     "alphafold x=2,3,6,8 attn_dim=-3 heads=2 head_dim=4 bias=2,2,3,3 mask=key",
+     names="af", mask_lead=0,
+     note="4-D, attn_dim=-3; bias (2,H,3,3) left-aligned with batch (2,6); mask of shape (Sk,) only")
+case("af_5d_attn_m4",
+     "alphafold x=2,5,3,4,8 attn_dim=-4 heads=2 head_dim=3 qkv_bias=true gated bias=2,3,2,5,5 mask=key",
+     names="af", mask_lead=1,
+     note="5-D, attn_dim=-4, batch (2,3,4): bias leading (2,3), mask (4,Sk) right-aligned, qkv_bias=true")
+case("af_align_trap",
+     "alphafold x=3,3,4,8 attn_dim=-2 heads=2 head_dim=4 bias=3,2,4,4 mask=key",
+     names="af", mask_lead=1,
+     note="batch (3,3): bias (3,H,4,4) must align LEFT (axis 0), mask (3,4) RIGHT (axis 1)")
+case("af_attn0_no_out_bias",
+     "alphafold x=6,3,10 attn_dim=0 heads=2 head_dim=5 out_bias=false",
+     names="af", note="attn_dim=0 (positive form), out_bias=false (no linear_o.bias)")
+case("af_2d_qkv_bias",
+     "alphafold x=7,12 heads=3 qkv_bias=true bias=3,7,7 mask=key",
+     names="af", note="2-D input (no batch), default head_dim=4, qkv_bias=true, bias and mask without batch dims")
+case("af_logits330_f64",
+     "alphafold x=2,6,16 heads=2 head_dim=8 gated mask=key dtype=f64",
+     names="af", big_logits=330.0,
+     note="dtype=f64, q/k weights scaled so the largest visible logit is 330")
+
+# ---- Transformer MHA ----------------------------------------------------
+case("mha_plain_inproj",
+     "mha x=2,7,16 heads=4",
+     names="torch", torch_check=True,
+     note="plain self-attention, torch in_proj_weight/in_proj_bias names, checked against nn.MultiheadAttention")
+case("mha_causal_pad_inproj",
+     "mha x=B,S,16 heads=2 causal mask=key",
+     dims={"B": 2, "S": 9}, names="torch", mask_dtype="BOOL", mask_fn=("pad", [9, 6]), torch_check=True,
+     note="causal flag + padding (BOOL mask), named dims B,S, torch names, checked against nn.MultiheadAttention")
+case("mha_cross_5x30",
+     "mha x=2,5,24 kv=2,30,16 heads=4 mask=key",
+     names="hf", mask_fn=("pad", [30, 17]), torch_check=True,
+     note="cross-attention Sq=5, Sk=30, kv width 16 != 24, padded keys; checked against nn.MultiheadAttention(kdim, vdim)")
+case("mha_cross_30x5_bottom_right",
+     "mha x=1,30,16 kv=1,5,12 heads=2 causal=bottom_right",
+     names="hf", expect_empty=True,
+     note="cross Sq=30, Sk=5, bottom_right: queries 0..24 see no key -> zero")
+case("mha_cross_5x30_br_window",
+     "mha x=2,5,16 kv=2,30,16 heads=2 head_dim=6 causal=bottom_right window=3,3 mask=key",
+     names="hf", mask_fn=("pad", [30, 25]), expect_empty=True,
+     note="cross 5x30, bottom_right + window 3,3 (keys p-3..p, p=i+25), head_dim 6 != 16/2; batch 1 padded to 25 keys so its last queries see nothing")
+case("mha_window_16_0",
+     "mha x=1,24,16 heads=2 window=16,0",
+     names="hf", note="sliding window 16,0 without causal flag (keys i-16..i)")
+case("mha_window_3_3_pad",
+     "mha x=2,12,16 heads=2 window=3,3 mask=key",
+     names="hf", mask_fn=("pad", [12, 8]), expect_empty=True,
+     note="window 3,3 + right padding: batch 1 query 11 sees only padding -> zero")
+case("mha_empty_nan",
+     "mha x=3,6,8 heads=2 mask=key empty_rows=nan",
+     names="af", mask_fn="one_batch_empty", expect_empty=True,
+     note="empty_rows=nan: batch 1 fully masked -> its out rows are NaN (AlphaFold names on an mha preset)")
+case("af_empty_zero_gated",
+     "alphafold x=3,6,8 heads=2 head_dim=4 gated mask=key empty_rows=zero",
+     names="af", mask_fn="one_batch_empty", expect_empty=True,
+     note="empty_rows=zero explicit, gated: o=0 for batch 1, so out = linear_o.bias there")
+case("mha_empty_uniform_leftpad",
+     "mha x=2,6,8 heads=2 causal mask=key empty_rows=uniform",
+     names="hf", mask_fn=("leftpad", [6, 4]), expect_empty=True,
+     note="empty_rows=uniform: left padding + causal, batch 1 queries 0,1 see no key -> weights 1/6 over ALL 6 keys")
+case("mha_scale_cross_bias_f64",
+     "mha x=2,5,12 kv=2,8,12 heads=3 scale=0.37 bias=2,3,5,8 dtype=f64",
+     names="hf", note="scale=0.37, dtype=f64, cross 5x8 with bias (2,H,5,8)")
+case("mha_named_symbol",
+     "mha x=2,6,16 heads=2 qkv_bias=false name=golden_named_kernel",
+     names="hf", note="name=golden_named_kernel, qkv_bias=false on an mha preset")
+case("mha_prefix_layer3",
+     "mha x=2,5,16 heads=4 causal dtype=f32",
+     names="hf", prefix="layers.3.attn.", decoy="layers.2.attn.",
+     note="weights under prefix layers.3.attn. next to a decoy layer layers.2.attn.; explicit dtype=f32")
+
+# ---- GQA / MQA -----------------------------------------------------------
+case("gqa_8_2_top_left",
+     "gqa x=2,6,32 heads=8 kv_heads=2 causal=top_left mask=key",
+     names="hf", mask_fn=("pad", [6, 4]),
+     note="GQA 8/2 (head h uses kv head h//4), causal=top_left, padding mask")
+case("gqa_6_3_head_dim",
+     "gqa x=2,5,18 heads=6 kv_heads=3 head_dim=4 qkv_bias=false out_bias=false",
+     names="hf", note="GQA 6/3, head_dim 4 != 18/6, no projection biases")
+case("gqa_window_2_5_uniform",
+     "gqa x=2,10,24 heads=6 kv_heads=3 window=2,5 mask=key empty_rows=uniform",
+     names="hf", mask_fn="hole_start", expect_empty=True,
+     note="window 2,5; batch 0 keys 0..6 masked so queries 0,1 see nothing -> uniform")
+case("mqa_f32_mask",
+     "mqa x=2,7,16 heads=4 mask=key",
+     names="hf", mask_dtype="F32",
+     note="MQA (kv_heads=1 from the preset), mask stored as F32 0/1")
+
+# ---- core -----------------------------------------------------------------
+case("core_decode_gqa",
+     "mha mode=core q=2,8,1,8 kv=2,2,S,8 causal=bottom_right mask=key",
+     dims={"S": 9}, mask_fn=("pad", [9, 5]),
+     note="decode step: Sq=1, 8 query heads over 2 KV heads, KV cache of S=9 with padding")
+case("core_mqa_decode_f64",
+     "mqa mode=core q=2,4,1,8 kv=2,1,11,8 causal=bottom_right dtype=f64",
+     note="MQA decode (G=1) in f64")
+case("core_br_window_2_5",
+     "mha mode=core q=1,4,6,8 kv=1,2,9,8 causal=bottom_right window=2,5",
+     note="core GQA 4/2, Sq=6 < Sk=9, bottom_right with window 2,5 (keys p-2..p, p=i+3)")
+case("core_4d_bias_top_left",
+     "mha mode=core q=2,3,4,5,8 kv=2,3,4,7,8 causal=top_left bias=2,4,5,7 scale=0.37",
+     note="core with two batch dims, bias (2,H,5,7) left-aligned, causal top_left with Sq=5 < Sk=7, scale=0.37")
+case("core_logits330_f32",
+     "mha mode=core q=1,2,4,16 kv=1,2,6,16 dtype=f32",
+     dyadic330=True,
+     note="f32 logits up to ~330 (exp overflows without max subtraction); q,k integers so logits are exact in f32")
+
+
+def case_seed(name):
+    return zlib.crc32(name.encode()) & 0x7fffffff
+
+
+def make_mask(cs, p, gen):
+    """0/1 int64 mask of shape (batch[-lead:]..., Sk)."""
+    batch, Sk = p["batch"], p["Sk"]
+    fn = cs.get("mask_fn")
+    lead = cs.get("mask_lead", len(batch))
+    mshape = tuple(batch[len(batch) - lead:]) + (Sk,) if lead else (Sk,)
+    if isinstance(fn, tuple) and fn[0] in ("pad", "leftpad"):
+        assert mshape == (len(fn[1]), Sk)
+        return padding_mask(fn[1], Sk, left=fn[0] == "leftpad")
+    m = (torch.rand(mshape, generator=gen) < 0.7).long()
+    flat = m.view(-1, Sk)
+    for r in range(flat.shape[0]):   # every key row keeps at least one key
+        if flat[r].sum() == 0:
+            flat[r, int(torch.randint(Sk, (1,), generator=gen))] = 1
+    if fn == "global_col":
+        flat[1] = 0
+    elif fn == "one_batch_empty":
+        m[1] = 0
+    elif fn == "hole_start":
+        m[0] = 1
+        m[0, :7] = 0
+    else:
+        assert fn is None, fn
+    return m
+
+
+def linear_init(gen, out_f, in_f, gain=1.0):
+    return torch.randn(out_f, in_f, generator=gen) * (gain / math.sqrt(in_f))
+
+
+def build(cs):
+    p = parse_spec(cs["spec"], cs.get("dims", {}))
+    gen = torch.Generator().manual_seed(case_seed(cs["name"]))
+    t = {}
+    if p["mode"] == "core":
+        q = torch.randn(p["q"], generator=gen)
+        k = torch.randn(p["kvshape"], generator=gen)
+        v = torch.randn(p["kvshape"], generator=gen)
+        if cs.get("dyadic330"):
+            # integers: q entries 6..10, k = base + {-1,0,1}; scale 1/sqrt(16) = 0.25
+            q = torch.randint(6, 11, p["q"], generator=gen).double()
+            base = torch.randint(9, 12, p["kvshape"][:-2] + (1, p["c"]), generator=gen).double()
+            k = base + torch.randint(-1, 2, p["kvshape"], generator=gen).double()
+        t.update(q=q * 1.0, k=k * 1.0, v=v)
+    else:
+        H, G, c, ci, ckv = p["H"], p["G"], p["c"], p["c_in"], p["c_kv"]
+        kvw = c if p["global"] else G * c
+        t["x"] = torch.randn(p["x"], generator=gen)
+        if p["cross"]:
+            t["kv"] = torch.randn(p["kvshape"], generator=gen)
+        t["wq"] = linear_init(gen, H * c, ci, 1.5)
+        t["wk"] = linear_init(gen, kvw, ckv, 1.5)
+        t["wv"] = linear_init(gen, kvw, ckv)
+        if p["qkv_bias"]:
+            t["bq"] = 0.3 * torch.randn(H * c, generator=gen)
+            t["bk"] = 0.3 * torch.randn(kvw, generator=gen)
+            t["bv"] = 0.3 * torch.randn(kvw, generator=gen)
+        t["wo"] = linear_init(gen, ci, H * c)
+        if p["out_bias"]:
+            t["bo"] = 0.3 * torch.randn(ci, generator=gen)
+        if p["gated"]:
+            t["wg"] = linear_init(gen, H * c, ci)
+            t["bg"] = 0.3 * torch.randn(H * c, generator=gen)
+    if p["bias"] is not None:
+        t["bias"] = torch.randn(p["bias"], generator=gen)
+    if p["mask"]:
+        t["mask"] = make_mask(cs, p, gen)
+    # round to the case's dtype first; the truth is computed from the rounded values
+    if p["dtype"] == "f32":
+        for key in t:
+            if key != "mask":
+                t[key] = t[key].float().double()
+    if cs.get("big_logits"):
+        scale_to_logit(p, t, cs["big_logits"])
+    return p, t, gen
+
+
+def raw_logits(p, t):
+    """Largest logit q.k*scale (before bias) over keys each row may see."""
+    H, G, c = p["H"], p["G"], p["c"]
+    x = t["x"].movedim(p["attn_dim"], -2)
+    q = (x @ t["wq"].T).view(x.shape[:-1] + (H, c)).transpose(-2, -3)
+    k = (x @ t["wk"].T).view(x.shape[:-1] + (G, c)).transpose(-2, -3)
+    k = k.repeat_interleave(H // G, dim=-3)
+    a = torch.einsum('...qc,...kc->...qk', q * p["scale"], k)
+    vis = visibility(p, a.shape[-2], a.shape[-1])
+    if "mask" in t:
+        vis = vis & (t["mask"] != 0)[..., None, None, :]
+    return a.masked_fill(~vis.expand(a.shape), float("-inf")).max()
+
+
+def scale_to_logit(p, t, target):
+    assert p["mode"] == "full" and not p["qkv_bias"] and p["dtype"] == "f64"
+    f = math.sqrt(target / float(raw_logits(p, t)))
+    t["wq"] = t["wq"] * f
+    t["wk"] = t["wk"] * f
+    got = float(raw_logits(p, t))
+    assert abs(got - target) < 1e-9, got
+
+
+WEIGHT_NAMES = {
+    "af": {"wq": "linear_q.weight", "bq": "linear_q.bias", "wk": "linear_k.weight", "bk": "linear_k.bias",
+           "wv": "linear_v.weight", "bv": "linear_v.bias", "wo": "linear_o.weight", "bo": "linear_o.bias",
+           "wg": "linear_g.weight", "bg": "linear_g.bias"},
+    "hf": {"wq": "q_proj.weight", "bq": "q_proj.bias", "wk": "k_proj.weight", "bk": "k_proj.bias",
+           "wv": "v_proj.weight", "bv": "v_proj.bias", "wo": "o_proj.weight", "bo": "o_proj.bias"},
+}
+INPUTS = ("x", "kv", "bias", "mask", "q", "k", "v")
+
+
+def named_weights(cs, p, t):
+    scheme = cs.get("names")
+    ws = {k: v for k, v in t.items() if k not in INPUTS}
+    if not ws:
+        return {}
+    if scheme == "torch":
+        assert p["G"] == p["H"] and not p["gated"] and not p["global"] and p["c_kv"] == p["c_in"]
+        out = {"in_proj_weight": torch.cat([ws["wq"], ws["wk"], ws["wv"]], 0),
+               "out_proj.weight": ws["wo"]}
+        if "bq" in ws:
+            out["in_proj_bias"] = torch.cat([ws["bq"], ws["bk"], ws["bv"]], 0)
+        if "bo" in ws:
+            out["out_proj.bias"] = ws["bo"]
+        return out
+    return {WEIGHT_NAMES[scheme][k]: v for k, v in ws.items()}
+
+
+def torch_mha_check(p, t):
+    """Check against torch.nn.MultiheadAttention (batch_first, float64)."""
+    assert p["mode"] == "full" and p["G"] == p["H"] and p["c"] * p["H"] == p["c_in"]
+    E, H = p["c_in"], p["H"]
+    kdim = p["c_kv"]
+    m = torch.nn.MultiheadAttention(E, H, bias=True, batch_first=True, kdim=kdim, vdim=kdim,
+                                    dtype=torch.float64)
+    m.eval()
+    with torch.no_grad():
+        if m._qkv_same_embed_dim:
+            m.in_proj_weight.copy_(torch.cat([t["wq"], t["wk"], t["wv"]], 0))
+        else:
+            m.q_proj_weight.copy_(t["wq"])
+            m.k_proj_weight.copy_(t["wk"])
+            m.v_proj_weight.copy_(t["wv"])
+        m.in_proj_bias.copy_(torch.cat([t["bq"], t["bk"], t["bv"]], 0))
+        m.out_proj.weight.copy_(t["wo"])
+        m.out_proj.bias.copy_(t["bo"])
+        x = t["x"]
+        kv = t["kv"] if p["cross"] else x
+        kpm = (t["mask"] == 0) if "mask" in t else None
+        am = None
+        if p["causal"] or p["window"]:
+            am = ~visibility(p, p["Sq"], p["Sk"])
+        ref, _ = m(x, kv, kv, key_padding_mask=kpm, attn_mask=am, need_weights=False)
+    ours, _ = forward_torch(p, t)
+    err = float((ref - ours).abs().max())
+    assert err < 1e-12, err
+    return err
+
+
+def sdpa_check():
+    """F.scaled_dot_product_attention, if this torch has it (1.13 does not)."""
+    if not hasattr(F, "scaled_dot_product_attention"):
+        return "absent"
+    p = parse_spec("mha mode=core q=2,4,5,8 kv=2,4,7,8", {})
+    g = torch.Generator().manual_seed(7)
+    t = {k: torch.randn(s, generator=g) for k, s in (("q", p["q"]), ("k", p["kvshape"]), ("v", p["kvshape"]))}
+    ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"])
+    ours, _ = forward_torch(p, t)
+    err = float((ref - ours).abs().max())
+    assert err < 1e-12, err
+    return "%.1e" % err
+
+
+def same_with_nan(a, b, tol):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    na, nb = np.isnan(a), np.isnan(b)
+    assert (na == nb).all(), "NaN positions differ"
+    if (~na).any():
+        d = np.abs(a[~na] - b[~na]).max()
+        assert d <= tol * max(1.0, np.abs(b[~na]).max()), d
+        return d
+    return 0.0
+
+
+def output_shape(p):
+    if p["mode"] == "core":
+        return p["q"]
+    s = list(p["x"])
+    if p["global"] and not p["gated"]:
+        s[p["axis"]] = 1
+    return tuple(s)
+
+
+README = """# Golden data for attnc
+
+Generated by `tools/make_golden.py` (run `/usr/bin/python3 tools/make_golden.py`
+from the repository root; deterministic).  Do not edit by hand.
+
+`cases.txt` has one line per case: `NAME<TAB>PREFIX<TAB>SPEC`, PREFIX being
+`-` for none.  `NAME.safetensors` holds:
+
+* the weights, under one of the three naming schemes of DESIGN.md
+  (AlphaFold `linear_q.weight`..., Hugging Face `q_proj.weight`..., torch
+  `in_proj_weight`/`in_proj_bias`/`out_proj.*`), in the case's dtype;
+  with a PREFIX, weight names carry it (and a decoy layer is present);
+  inputs and `out` never carry a prefix;
+* the inputs `x`, `kv` (cross), `bias`, `mask`, or `q`, `k`, `v` (core), in
+  the case's dtype except `mask` (U8 in most cases, BOOL in one, F32 in one;
+  values 0/1, nonzero keeps the key; a mask may have fewer leading dims than
+  the batch and is then right-aligned);
+* `out`: the expected output, always F64 (the float64 truth computed from the
+  stored, already rounded inputs).  NaN where `empty_rows=nan`.
+* `__metadata__`: `format`, `attnc_spec`, `attnc_prefix`.
+
+Named dims in a SPEC (`x=B,S,16`) are bound from the stored inputs' shapes.
+Compare f32 kernels against `out` to about 1e-5 relative (relative to the
+largest |out|), f64 kernels to about 1e-12; NaN positions must match.
+"""
+
+
+def main():
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for f in os.listdir(OUT_DIR):
+        if f.endswith(".safetensors"):
+            os.remove(os.path.join(OUT_DIR, f))
+    names = [c["name"] for c in CASES]
+    assert len(set(names)) == len(names)
+    lines = []
+    total = 0
+    summary = []
+    mask_dtypes = set()
+    torch_checks = 0
+    for cs in CASES:
+        p, t, gen = build(cs)
+        out, nempty = forward_torch(p, t)
+        assert tuple(out.shape) == output_shape(p), (out.shape, output_shape(p))
+        loops = forward_loops(p, t)
+        d = same_with_nan(out.numpy(), loops, 1e-12)
+        assert (nempty > 0) == bool(cs.get("expect_empty")), (cs["name"], nempty)
+        if cs.get("torch_check"):
+            torch_mha_check(p, t)
+            torch_checks += 1
+        if cs.get("dyadic330"):
+            a = torch.einsum('...qc,...kc->...qk', t["q"] * p["scale"], t["k"].repeat_interleave(p["H"] // p["G"], -3))
+            rowmax = a.max(dim=-1).values
+            assert 300 <= float(rowmax.max()) <= 350 and float(rowmax.min()) > 200, rowmax
+            assert torch.equal(a, a.float().double())   # exact in f32
+        st_dt = "F32" if p["dtype"] == "f32" else "F64"
+        prefix = cs.get("prefix", "")
+        tensors = []
+        for k, v in named_weights(cs, p, t).items():
+            tensors.append((prefix + k, st_dt, v.numpy()))
+        if cs.get("decoy"):
+            # another layer with the same names and different values
+            for k, v in named_weights(cs, p, t).items():
+                dv = (torch.randn(v.shape, generator=gen) * float(v.std())).numpy()
+                tensors.append((cs["decoy"] + k, st_dt, dv))
+        for k in INPUTS:
+            if k in t and k != "mask":
+                tensors.append((k, st_dt, t[k].numpy()))
+        if "mask" in t:
+            md = cs.get("mask_dtype", "U8")
+            mask_dtypes.add(md)
+            tensors.append(("mask", md, t["mask"].numpy() != 0 if md == "BOOL" else t["mask"].numpy()))
+        tensors.append(("out", "F64", out.numpy()))
+        path = os.path.join(OUT_DIR, cs["name"] + ".safetensors")
+        meta = {"format": "pt", "attnc_spec": cs["spec"], "attnc_prefix": prefix}
+        write_safetensors(path, tensors, meta)
+        # read back and verify
+        back, meta_back = read_safetensors(path)
+        assert meta_back == meta
+        assert set(back) == {n for n, _, _ in tensors}
+        for n, dt, arr in tensors:
+            bdt, barr = back[n]
+            assert bdt == dt
+            want = np.asarray(arr).astype(ST_DTYPES[dt][0]).astype(np.float64)
+            same_with_nan(barr.astype(np.float64), want, 0.0)
+            if dt != "BOOL":   # stored values are exactly the ones the truth used
+                assert n.startswith(cs.get("decoy") or "\0") or np.array_equal(
+                    want, np.asarray(arr, dtype=np.float64), equal_nan=True), n
+        size = os.path.getsize(path)
+        assert size < 40 * 1024, (cs["name"], size)
+        total += size
+        lines.append("%s\t%s\t%s" % (cs["name"], prefix or "-", cs["spec"]))
+        summary.append((cs["name"], size, nempty, d, cs.get("note", "")))
+    assert total < 600 * 1024, total
+    assert mask_dtypes == {"U8", "BOOL", "F32"}
+    with open(os.path.join(OUT_DIR, "cases.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(OUT_DIR, "README.md"), "w") as f:
+        f.write(README)
+    for name, size, nempty, d, note in summary:
+        print("%-32s %6d B  empty rows %3d  loop diff %.1e  %s" % (name, size, nempty, d, note))
+    print("%d cases, %d bytes; %d checked against nn.MultiheadAttention; sdpa: %s"
+          % (len(CASES), total, torch_checks, sdpa_check()))
+
+
+if __name__ == "__main__":
+    main()
