@@ -76,15 +76,15 @@ $(B)/libattnc.so: $(LIB_OBJ)
 	$(Q)$(CC) -shared -pthread -o $@ $^ $(LDLIBS)
 
 # ---- the CLI (links the float64 reference for `attnc check`) ----
-$(B)/attnc: cli/attnc.c tests/reference.c tests/reference.h $(B)/libattnc.a
+$(B)/attnc: cli/attnc.c tests/checker.c tests/checker.h tests/reference.c tests/reference.h $(B)/libattnc.a
 	@echo "  CC      $@"
-	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ cli/attnc.c tests/reference.c $(B)/libattnc.a $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ cli/attnc.c tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS)
 
 # ---- tests ----
-$(B)/tests/%: tests/%.c tests/reference.c tests/reference.h tests/testutil.h $(B)/libattnc.a
+$(B)/tests/%: tests/%.c tests/checker.c tests/checker.h tests/reference.c tests/reference.h tests/testutil.h $(B)/libattnc.a
 	@mkdir -p $(B)/tests
 	@echo "  CC      $@"
-	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< tests/reference.c $(B)/libattnc.a $(LDLIBS) -lcmocka
+	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS) -lcmocka
 
 test: all $(TESTS:%=$(B)/tests/%)
 	@export ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache; fail=0; \

@@ -11,7 +11,7 @@
 
 #include "attnc.h"
 #include "internal.h"
-#include "reference.h"
+#include "checker.h"
 
 #define MAX_FILES 32
 #define MAX_DIMS 32
@@ -274,176 +274,26 @@ done:
 
 /* ---- check ---- */
 
-static uint64_t rng_state;
-static double uniform(void)
-{
-  /* xorshift64*: reproducible from --seed, no libc rand() state */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return (double)((rng_state * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-
-struct buf {
-  attnc_tensor t;
-  double *ref;
-};
-
-static int make_tensor(struct buf *bf, attnc_dtype dt, const attnc_shape *sh, const int64_t *dims, double lo_keep)
-{
-  size_t n = 1, i;
-  int a;
-  bf->t.dtype = dt;
-  bf->t.rank = sh->rank;
-  for (a = 0; a < sh->rank; a++) {
-    bf->t.shape[a] = sh->dim[a] > 0 ? sh->dim[a] : dims[-sh->dim[a] - 1];
-    n *= (size_t)bf->t.shape[a];
-  }
-  bf->t.data = malloc(n * attnc_dtype_size(dt) + 1);
-  bf->ref = malloc(n * sizeof(double) + 1);
-  if (!bf->t.data || !bf->ref) return -1;
-  for (i = 0; i < n; i++) {
-    double v = uniform();
-    if (lo_keep > 0) v = (v * 0.5 + 0.5) < lo_keep ? 1.0 : 0.0; /* a mask: keep with probability lo_keep */
-    if (dt == ATTNC_F32) { ((float *)bf->t.data)[i] = (float)v; bf->ref[i] = (double)(float)v; }
-    else if (dt == ATTNC_F64) { ((double *)bf->t.data)[i] = v; bf->ref[i] = v; }
-    else { ((unsigned char *)bf->t.data)[i] = v != 0; bf->ref[i] = v; }
-  }
-  return 0;
-}
-
 static int cmd_check(struct cli *c)
 {
-  attnc_kernel *k;
-  attnc_bindings *b = NULL;
-  const attnc_gen *g;
-  attnc_error e;
-  struct buf bufs[ATTNC_SLOT_COUNT];
-  attnc_tensor out;
-  ref_problem p;
-  ref_tensors rt;
-  int64_t dims[64];
-  double *ref_out = NULL, max_abs = 0, max_ref = 0, worst = 0;
-  int i, slot, rc = 2, defaulted = 0;
-  size_t n, j;
-  memset(bufs, 0, sizeof bufs);
-  memset(&out, 0, sizeof out);
-  rng_state = c->seed ? c->seed * 0x9E3779B97F4A7C15ULL : 0x1234567ULL;
-  if (compile_spec(c, &k)) return 2;
-  g = attnc_kernel_gen(k);
-  for (i = 0; i < g->ndims; i++) {
-    int d;
-    dims[i] = 7;
-    for (d = 0; d < c->ndims; d++)
-      if (strcmp(c->dim_names[d], g->dim_names[i]) == 0) { dims[i] = c->dim_values[d]; break; }
-    if (d == c->ndims) defaulted = 1;
+  checker_opts o;
+  checker_result r;
+  memset(&o, 0, sizeof o);
+  o.backend = c->backend;
+  o.spec_name = c->spec_name;
+  o.dim_names = c->dim_names;
+  o.dim_values = c->dim_values;
+  o.ndims = c->ndims;
+  o.seed = c->seed;
+  checker_run(c->spec, &o, &r);
+  if (r.status != ATTNC_OK) {
+    print_error(&r.err);
+    return 2;
   }
-  for (i = 0; i < c->ndims; i++) {
-    int d, found = 0;
-    for (d = 0; d < g->ndims; d++) found |= strcmp(c->dim_names[i], g->dim_names[d]) == 0;
-    if (!found) { fprintf(stderr, "attnc: error: the spec has no named dim '%s'\n", c->dim_names[i]); goto done; }
-  }
-  if (defaulted) {
-    fprintf(stdout, "named dims:");
-    for (i = 0; i < g->ndims; i++) fprintf(stdout, " %s=%lld", g->dim_names[i], (long long)dims[i]);
-    fprintf(stdout, " (unset ones default to 7; use --dim NAME=N)\n");
-  }
-  b = attnc_bindings_new(k);
-  if (!b) goto done;
-  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
-    if (!g->used[slot]) continue;
-    if (make_tensor(&bufs[slot], slot == ATTNC_SLOT_MASK ? ATTNC_U8 : g->dtype,
-                    slot == ATTNC_SLOT_MASK ? &g->mask : &g->shape[slot], dims, slot == ATTNC_SLOT_MASK ? 0.8 : 0) != 0) {
-      fprintf(stderr, "attnc: error: out of memory\n");
-      goto done;
-    }
-    if (attnc_bind(b, attnc_slot_name(slot), &bufs[slot].t, &e) != ATTNC_OK) {
-      /* weights are bound under their AlphaFold names */
-      static const char *wn[] = { "linear_q.weight", "linear_q.bias", "linear_k.weight", "linear_k.bias",
-                                  "linear_v.weight", "linear_v.bias", "linear_g.weight", "linear_g.bias",
-                                  "linear_o.weight", "linear_o.bias" };
-      if (slot < ATTNC_SLOT_WQ || attnc_bind(b, wn[slot - ATTNC_SLOT_WQ], &bufs[slot].t, &e) != ATTNC_OK) {
-        print_error(&e);
-        goto done;
-      }
-    }
-  }
-  if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
-  n = 1;
-  for (i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
-  out.data = malloc(n * attnc_dtype_size(out.dtype) + 1);
-  ref_out = malloc(n * sizeof(double) + 1);
-  if (!out.data || !ref_out) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
-  if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
-
-  memset(&p, 0, sizeof p);
-  memset(&rt, 0, sizeof rt);
-  p.core = g->core;
-  if (g->core) {
-    const attnc_tensor *q = &bufs[ATTNC_SLOT_Q].t, *kk = &bufs[ATTNC_SLOT_K].t;
-    p.rank = q->rank;
-    for (i = 0; i < q->rank; i++) { p.x[i] = (long)q->shape[i]; p.kv[i] = (long)kk->shape[i]; }
-    rt.q = bufs[ATTNC_SLOT_Q].ref; rt.k = bufs[ATTNC_SLOT_K].ref; rt.v = bufs[ATTNC_SLOT_V].ref;
-  } else {
-    const attnc_tensor *x = &bufs[ATTNC_SLOT_X].t, *kv = g->self ? x : &bufs[ATTNC_SLOT_KV].t;
-    p.rank = x->rank;
-    for (i = 0; i < x->rank; i++) { p.x[i] = (long)x->shape[i]; p.kv[i] = (long)kv->shape[i]; }
-    p.attn_axis = g->axis;
-    rt.x = bufs[ATTNC_SLOT_X].ref;
-    rt.kv = g->self ? NULL : bufs[ATTNC_SLOT_KV].ref;
-    rt.wq = bufs[ATTNC_SLOT_WQ].ref; rt.bq = bufs[ATTNC_SLOT_BQ].ref;
-    rt.wk = bufs[ATTNC_SLOT_WK].ref; rt.bk = bufs[ATTNC_SLOT_BK].ref;
-    rt.wv = bufs[ATTNC_SLOT_WV].ref; rt.bv = bufs[ATTNC_SLOT_BV].ref;
-    rt.wg = bufs[ATTNC_SLOT_WG].ref; rt.bg = bufs[ATTNC_SLOT_BG].ref;
-    rt.wo = bufs[ATTNC_SLOT_WO].ref; rt.bo = bufs[ATTNC_SLOT_BO].ref;
-  }
-  p.H = g->heads; p.G = g->kv_heads; p.c = g->head_dim;
-  p.qkv_bias = g->qkv_bias; p.out_bias = g->out_bias; p.gated = g->gated;
-  p.global = g->global; p.global_masked = g->global_masked;
-  if (g->has_bias) {
-    const attnc_tensor *bt = &bufs[ATTNC_SLOT_BIAS].t;
-    p.has_bias = 1; p.bias_rank = bt->rank;
-    for (i = 0; i < bt->rank; i++) p.bias[i] = (long)bt->shape[i];
-    rt.bias = bufs[ATTNC_SLOT_BIAS].ref;
-  }
-  if (g->has_mask) {
-    const attnc_tensor *mt = &bufs[ATTNC_SLOT_MASK].t;
-    p.has_mask = 1; p.mask_rank = mt->rank;
-    for (i = 0; i < mt->rank; i++) p.mask[i] = (long)mt->shape[i];
-    rt.mask = bufs[ATTNC_SLOT_MASK].ref;
-  }
-  p.causal = g->causal;
-  p.has_window = g->has_window; p.wl = (long)g->window_l; p.wr = (long)g->window_r;
-  p.scale = g->scale;
-  p.empty_rows = g->empty_rows;
-  if (ref_attention(&p, &rt, ref_out) != 0) {
-    fprintf(stderr, "attnc: error: the reference rejected this problem (a bug: please report)\n");
-    goto done;
-  }
-  for (j = 0; j < n; j++) {
-    double got = out.dtype == ATTNC_F32 ? (double)((float *)out.data)[j] : ((double *)out.data)[j];
-    double want = ref_out[j], d = fabs(got - want);
-    if (isnan(want) && isnan(got)) continue;
-    if (isnan(want) != isnan(got)) d = INFINITY;
-    if (d > max_abs) max_abs = d;
-    if (fabs(want) > max_ref) max_ref = fabs(want);
-  }
-  {
-    double rtol = g->dtype == ATTNC_F32 ? 1e-4 : 1e-10, atol = g->dtype == ATTNC_F32 ? 1e-5 : 1e-12;
-    worst = max_abs / (atol + rtol * (max_ref > 1 ? max_ref : 1));
-    printf("%s\n", attnc_canonical(k));
-    printf("backend %s: %zu outputs, max abs error %.3g (max |ref| %.3g, tolerance %.3g): %s\n",
-           attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc", n, max_abs, max_ref,
-           atol + rtol * (max_ref > 1 ? max_ref : 1), worst <= 1 ? "OK" : "MISMATCH");
-    rc = worst <= 1 ? 0 : 1;
-  }
-done:
-  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) { free(bufs[slot].t.data); free(bufs[slot].ref); }
-  free(out.data);
-  free(ref_out);
-  attnc_bindings_free(b);
-  attnc_release(k);
-  return rc;
+  printf("%s\n", r.canonical);
+  printf("backend %s: %zu outputs, max abs error %.3g (max |ref| %.3g; tolerance 1e-5 + 1e-4 |ref| for f32): %s\n",
+         r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.ok ? "OK" : "MISMATCH");
+  return r.ok ? 0 : 1;
 }
 
 /* ---- bench ---- */
@@ -465,49 +315,36 @@ static int cmd_bench(struct cli *c)
 {
   attnc_kernel *k;
   attnc_bindings *b = NULL;
+  checker_inputs *in = NULL;
+  checker_opts co;
   const attnc_gen *g;
   attnc_error e;
-  struct buf bufs[ATTNC_SLOT_COUNT];
   attnc_tensor out;
-  int64_t dims[64];
   double t0, compile_ms, *times = NULL, flops = 0;
-  int i, slot, rc = 1, runs = c->runs > 0 ? c->runs : 10;
+  int i, rc = 1, runs = c->runs > 0 ? c->runs : 10;
   char *text = NULL;
-  memset(bufs, 0, sizeof bufs);
   memset(&out, 0, sizeof out);
-  rng_state = 42;
+  memset(&co, 0, sizeof co);
+  co.dim_names = c->dim_names;
+  co.dim_values = c->dim_values;
+  co.ndims = c->ndims;
+  co.default_dim = 128;
+  co.mask_keep = 0.9;
   t0 = now_ms();
   if (compile_spec(c, &k)) return 1;
   compile_ms = now_ms() - t0;
   g = attnc_kernel_gen(k);
-  for (i = 0; i < g->ndims; i++) {
-    int d;
-    dims[i] = 128;
-    for (d = 0; d < c->ndims; d++)
-      if (strcmp(c->dim_names[d], g->dim_names[i]) == 0) dims[i] = c->dim_values[d];
-  }
   b = attnc_bindings_new(k);
   if (!b) goto done;
-  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
-    static const char *wn[] = { "linear_q.weight", "linear_q.bias", "linear_k.weight", "linear_k.bias",
-                                "linear_v.weight", "linear_v.bias", "linear_g.weight", "linear_g.bias",
-                                "linear_o.weight", "linear_o.bias" };
-    if (!g->used[slot]) continue;
-    if (make_tensor(&bufs[slot], slot == ATTNC_SLOT_MASK ? ATTNC_U8 : g->dtype,
-                    slot == ATTNC_SLOT_MASK ? &g->mask : &g->shape[slot], dims, slot == ATTNC_SLOT_MASK ? 0.9 : 0) != 0)
-      goto done;
-    if (attnc_bind(b, slot >= ATTNC_SLOT_WQ ? wn[slot - ATTNC_SLOT_WQ] : attnc_slot_name(slot), &bufs[slot].t, &e) != ATTNC_OK) {
-      print_error(&e);
-      goto done;
-    }
-  }
+  in = checker_bind_random(k, b, &co, &e);
+  if (!in) { print_error(&e); goto done; }
   if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
   {
     size_t n = attnc_dtype_size(out.dtype);
     for (i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
     out.data = malloc(n + 1);
     times = malloc(sizeof(double) * (size_t)runs);
-    if (!out.data || !times) goto done;
+    if (!out.data || !times) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
   }
   if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; } /* warm-up */
   for (i = 0; i < runs; i++) {
@@ -518,8 +355,10 @@ static int cmd_bench(struct cli *c)
   qsort(times, (size_t)runs, sizeof(double), cmp_double);
   {
     const char *names[64];
+    int64_t dims[64];
+    const int64_t *bound = attnc_bindings_dims(b);
     char *line;
-    for (i = 0; i < g->ndims; i++) names[i] = g->dim_names[i];
+    for (i = 0; i < g->ndims && i < 64; i++) { names[i] = g->dim_names[i]; dims[i] = bound[i]; }
     if (attnc_explain(c->spec, NULL, names, dims, g->ndims, &text, &e) == ATTNC_OK &&
         (line = strstr(text, "  total")) != NULL)
       flops = strtod(line + 7, NULL);
@@ -537,7 +376,7 @@ static int cmd_bench(struct cli *c)
   }
   rc = 0;
 done:
-  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) { free(bufs[slot].t.data); free(bufs[slot].ref); }
+  checker_inputs_free(in);
   free(out.data);
   free(times);
   free(text);

@@ -1,0 +1,234 @@
+/* The checker: one spec, random tensors, kernel vs tests/reference.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checker.h"
+#include "internal.h"
+#include "reference.h"
+
+static double uniform(uint64_t *s)
+{
+  /* xorshift64*: reproducible from the seed, no libc rand() state */
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return (double)((*s * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+struct buf {
+  attnc_tensor t;
+  double *ref;
+};
+
+/* Fill a tensor with values in [-amp, amp] (or 0/1 keeps for a mask). */
+static int fill(struct buf *bf, attnc_dtype dt, int rank, const int64_t *shape, double amp, double keep, uint64_t *rng)
+{
+  size_t n = 1, i;
+  int a;
+  bf->t.dtype = dt;
+  bf->t.rank = rank;
+  for (a = 0; a < rank; a++) {
+    bf->t.shape[a] = shape[a];
+    n *= (size_t)shape[a];
+  }
+  bf->t.data = malloc(n * attnc_dtype_size(dt) + 1);
+  bf->ref = malloc(n * sizeof(double) + 1);
+  if (!bf->t.data || !bf->ref) return -1;
+  for (i = 0; i < n; i++) {
+    double v = uniform(rng) * amp;
+    if (keep > 0) v = (uniform(rng) * 0.5 + 0.5) < keep ? 1.0 : 0.0;
+    if (dt == ATTNC_F32) { ((float *)bf->t.data)[i] = (float)v; bf->ref[i] = (double)(float)v; }
+    else if (dt == ATTNC_F64) { ((double *)bf->t.data)[i] = v; bf->ref[i] = v; }
+    else { ((unsigned char *)bf->t.data)[i] = v != 0; bf->ref[i] = v; }
+  }
+  return 0;
+}
+
+static const char *const WEIGHT_NAMES[] = {
+  "linear_q.weight", "linear_q.bias", "linear_k.weight", "linear_k.bias", "linear_v.weight", "linear_v.bias",
+  "linear_g.weight", "linear_g.bias", "linear_o.weight", "linear_o.bias"
+};
+
+struct checker_inputs {
+  struct buf bufs[ATTNC_SLOT_COUNT];
+  int64_t dims[64];
+};
+
+void checker_inputs_free(checker_inputs *in)
+{
+  int slot;
+  if (!in) return;
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) { free(in->bufs[slot].t.data); free(in->bufs[slot].ref); }
+  free(in);
+}
+
+checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const checker_opts *o, attnc_error *err)
+{
+  const attnc_gen *g = attnc_kernel_gen(k);
+  checker_inputs *in = calloc(1, sizeof *in);
+  int64_t shape[ATTNC_MAX_RANK];
+  uint64_t rng = (o->seed + 1) * 0x9E3779B97F4A7C15ULL;
+  int i, slot;
+  if (!in) { attnc_err_set(err, ATTNC_ENOMEM, "out of memory"); return NULL; }
+  for (i = 0; i < g->ndims && i < 64; i++) {
+    int d;
+    in->dims[i] = o->default_dim > 0 ? o->default_dim : 7;
+    for (d = 0; d < o->ndims; d++)
+      if (strcmp(o->dim_names[d], g->dim_names[i]) == 0) in->dims[i] = o->dim_values[d];
+  }
+  for (i = 0; i < o->ndims; i++) {
+    int d, found = 0;
+    for (d = 0; d < g->ndims; d++) found |= strcmp(o->dim_names[i], g->dim_names[d]) == 0;
+    if (!found) {
+      attnc_err_set(err, ATTNC_EARG, "the spec has no named dim '%s'", o->dim_names[i]);
+      checker_inputs_free(in);
+      return NULL;
+    }
+  }
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+    const attnc_shape *sh = slot == ATTNC_SLOT_MASK ? &g->mask : &g->shape[slot];
+    int rank = sh->rank, first = 0;
+    double amp = 1, keep = 0;
+    if (!g->used[slot]) continue;
+    if (slot == ATTNC_SLOT_MASK) {
+      keep = o->mask_keep > 0 ? o->mask_keep : 0.8;
+      if (o->mask_rank > 0 && o->mask_rank < rank) { first = rank - o->mask_rank; rank = o->mask_rank; }
+    }
+    for (i = 0; i < rank; i++) {
+      int64_t d = sh->dim[first + i];
+      shape[i] = d > 0 ? d : in->dims[-d - 1];
+    }
+    if (slot >= ATTNC_SLOT_WQ) {
+      /* PyTorch's Linear init scale keeps outputs O(1) whatever the width */
+      int is_bias = slot == ATTNC_SLOT_BQ || slot == ATTNC_SLOT_BK || slot == ATTNC_SLOT_BV ||
+                    slot == ATTNC_SLOT_BG || slot == ATTNC_SLOT_BO;
+      amp = 1.0 / sqrt((double)(is_bias ? 16 : shape[1]));
+    } else if (slot == ATTNC_SLOT_X || slot == ATTNC_SLOT_Q) {
+      amp = o->scale_inputs > 0 ? o->scale_inputs : 1;
+    }
+    if (fill(&in->bufs[slot], slot == ATTNC_SLOT_MASK ? ATTNC_U8 : g->dtype, rank, shape, amp, keep, &rng) != 0) {
+      attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
+      checker_inputs_free(in);
+      return NULL;
+    }
+    if (attnc_bind(b, slot >= ATTNC_SLOT_WQ ? WEIGHT_NAMES[slot - ATTNC_SLOT_WQ] : attnc_slot_name(slot),
+                   &in->bufs[slot].t, err) != ATTNC_OK) {
+      checker_inputs_free(in);
+      return NULL;
+    }
+  }
+  return in;
+}
+
+int checker_run(const char *spec, const checker_opts *o, checker_result *r)
+{
+  attnc_options ko;
+  attnc_kernel *k;
+  attnc_bindings *b = NULL;
+  checker_inputs *in = NULL;
+  struct buf *bufs;
+  const attnc_gen *g;
+  attnc_tensor out;
+  ref_problem p;
+  ref_tensors rt;
+  double *ref_out = NULL, atol, rtol, worst = 0;
+  int i;
+  size_t n, j;
+
+  memset(r, 0, sizeof *r);
+  memset(&out, 0, sizeof out);
+  ko.backend = o->backend;
+  ko.threads = 0;
+  ko.spec_name = o->spec_name;
+  k = attnc_compile(spec, &ko, &r->err);
+  if (!k) { r->status = r->err.code; return 0; }
+  r->backend = attnc_kernel_backend(k);
+  snprintf(r->canonical, sizeof r->canonical, "%s", attnc_canonical(k));
+  g = attnc_kernel_gen(k);
+  b = attnc_bindings_new(k);
+  if (!b) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
+  in = checker_bind_random(k, b, o, &r->err);
+  if (!in) { r->status = r->err.code; goto done; }
+  bufs = in->bufs;
+  r->status = attnc_output_shape(b, &out, &r->err);
+  if (r->status != ATTNC_OK) goto done;
+  n = 1;
+  for (i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
+  out.data = malloc(n * attnc_dtype_size(out.dtype) + 1);
+  ref_out = malloc(n * sizeof(double) + 1);
+  if (!out.data || !ref_out) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
+  r->status = attnc_run(b, &out, &r->err);
+  if (r->status != ATTNC_OK) goto done;
+
+  memset(&p, 0, sizeof p);
+  memset(&rt, 0, sizeof rt);
+  p.core = g->core;
+  if (g->core) {
+    const attnc_tensor *q = &bufs[ATTNC_SLOT_Q].t, *kk = &bufs[ATTNC_SLOT_K].t;
+    p.rank = q->rank;
+    for (i = 0; i < q->rank; i++) { p.x[i] = (long)q->shape[i]; p.kv[i] = (long)kk->shape[i]; }
+    rt.q = bufs[ATTNC_SLOT_Q].ref; rt.k = bufs[ATTNC_SLOT_K].ref; rt.v = bufs[ATTNC_SLOT_V].ref;
+  } else {
+    const attnc_tensor *x = &bufs[ATTNC_SLOT_X].t, *kv = g->self ? x : &bufs[ATTNC_SLOT_KV].t;
+    p.rank = x->rank;
+    for (i = 0; i < x->rank; i++) { p.x[i] = (long)x->shape[i]; p.kv[i] = (long)kv->shape[i]; }
+    p.attn_axis = g->axis;
+    rt.x = bufs[ATTNC_SLOT_X].ref;
+    rt.kv = g->self ? NULL : bufs[ATTNC_SLOT_KV].ref;
+    rt.wq = bufs[ATTNC_SLOT_WQ].ref; rt.bq = bufs[ATTNC_SLOT_BQ].ref;
+    rt.wk = bufs[ATTNC_SLOT_WK].ref; rt.bk = bufs[ATTNC_SLOT_BK].ref;
+    rt.wv = bufs[ATTNC_SLOT_WV].ref; rt.bv = bufs[ATTNC_SLOT_BV].ref;
+    rt.wg = bufs[ATTNC_SLOT_WG].ref; rt.bg = bufs[ATTNC_SLOT_BG].ref;
+    rt.wo = bufs[ATTNC_SLOT_WO].ref; rt.bo = bufs[ATTNC_SLOT_BO].ref;
+  }
+  p.H = g->heads; p.G = g->kv_heads; p.c = g->head_dim;
+  p.qkv_bias = g->qkv_bias; p.out_bias = g->out_bias; p.gated = g->gated;
+  p.global = g->global; p.global_masked = g->global_masked;
+  if (g->has_bias) {
+    const attnc_tensor *bt = &bufs[ATTNC_SLOT_BIAS].t;
+    p.has_bias = 1; p.bias_rank = bt->rank;
+    for (i = 0; i < bt->rank; i++) p.bias[i] = (long)bt->shape[i];
+    rt.bias = bufs[ATTNC_SLOT_BIAS].ref;
+  }
+  if (g->has_mask) {
+    const attnc_tensor *mt = &bufs[ATTNC_SLOT_MASK].t;
+    p.has_mask = 1; p.mask_rank = mt->rank;
+    for (i = 0; i < mt->rank; i++) p.mask[i] = (long)mt->shape[i];
+    rt.mask = bufs[ATTNC_SLOT_MASK].ref;
+  }
+  p.causal = g->causal;
+  p.has_window = g->has_window; p.wl = (long)g->window_l; p.wr = (long)g->window_r;
+  p.scale = g->scale;
+  p.empty_rows = g->empty_rows;
+  if (ref_attention(&p, &rt, ref_out) != 0) {
+    r->status = attnc_err_set(&r->err, ATTNC_EGEN, "the reference rejected this problem");
+    goto done;
+  }
+  atol = g->dtype == ATTNC_F32 ? 1e-5 : 1e-12;
+  rtol = g->dtype == ATTNC_F32 ? 1e-4 : 1e-10;
+  for (j = 0; j < n; j++) {
+    double got = out.dtype == ATTNC_F32 ? (double)((float *)out.data)[j] : ((double *)out.data)[j];
+    double want = ref_out[j], d = fabs(got - want), ratio;
+    if (isnan(want) || isnan(got)) {
+      ratio = (isnan(want) && isnan(got)) ? 0 : INFINITY;
+      d = ratio;
+    } else {
+      ratio = d / (atol + rtol * fabs(want));
+      if (fabs(want) > r->max_ref) r->max_ref = fabs(want);
+    }
+    if (d > r->max_abs) r->max_abs = d;
+    if (ratio > worst) worst = ratio;
+  }
+  r->n = n;
+  r->tol = atol + rtol * r->max_ref;
+  r->ok = worst <= 1;
+done:
+  checker_inputs_free(in);
+  free(out.data);
+  free(ref_out);
+  attnc_bindings_free(b);
+  attnc_release(k);
+  return r->ok;
+}

@@ -1,0 +1,40 @@
+/* Check one spec against the float64 reference: random weights and inputs
+ * (seeded), run the kernel, run tests/reference.c, compare.  Used by
+ * `attnc check` and by the sweep tests. */
+#ifndef ATTNC_CHECKER_H
+#define ATTNC_CHECKER_H
+
+#include "attnc.h"
+
+typedef struct checker_opts {
+  attnc_backend backend;
+  const char *spec_name;          /* for error positions; NULL: "spec" */
+  const char *const *dim_names;   /* named dims to set; others default_dim */
+  const int64_t *dim_values;
+  int ndims;
+  int64_t default_dim;            /* 0: 7 */
+  unsigned long seed;
+  int mask_rank;                  /* 0: the full (batch..., Sk); else that many trailing dims */
+  double mask_keep;               /* probability a key is kept; 0: 0.8 */
+  double scale_inputs;            /* multiply x (or q) by this; 0: 1 */
+} checker_opts;
+
+typedef struct checker_result {
+  attnc_status status;            /* ATTNC_OK when the kernel ran */
+  attnc_error err;
+  size_t n;                       /* outputs compared */
+  double max_abs, max_ref, tol;   /* max |got - want|, max |want|, tolerance used */
+  int ok;                         /* 1 when within tolerance and NaNs match */
+  char canonical[2048];
+  attnc_backend backend;
+} checker_result;
+
+/* Random tensors bound to b (weights under their AlphaFold names). */
+typedef struct checker_inputs checker_inputs;
+checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const checker_opts *o, attnc_error *err);
+void checker_inputs_free(checker_inputs *in);
+
+/* Returns r->ok. */
+int checker_run(const char *spec, const checker_opts *o, checker_result *r);
+
+#endif
