@@ -1,0 +1,234 @@
+/* Numerics sweeps: generated kernels against the float64 reference
+ * (tests/reference.c) over heads, kv heads, head_dim, lengths 1/7/33/257,
+ * every attention axis of 2-D..5-D inputs, every mask kind, bias
+ * broadcasts, global, gate, cross-attention, core mode and f64, on both
+ * backends.  A failing case prints its spec, dims and seed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "checker.h"
+#include "testutil.h"
+
+struct sweep {
+  int cases, fails;
+};
+
+static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S, int mask_rank, double keep,
+                unsigned long seed)
+{
+  checker_opts o;
+  checker_result r;
+  static const char *const all[] = { "S", "T", "B" };
+  const char *names[3];
+  int64_t values[3], all_values[3];
+  all_values[0] = S;
+  all_values[1] = S > 2 ? S - 2 : S + 3; /* a second length, for cross-attention */
+  all_values[2] = 2;
+  memset(&o, 0, sizeof o);
+  o.backend = be;
+  o.dim_names = names;
+  o.dim_values = values;
+  o.default_dim = S;
+  o.seed = seed;
+  o.mask_rank = mask_rank;
+  o.mask_keep = keep;
+  /* pass only the dims the spec names */
+  {
+    attnc_error e;
+    attnc_kernel *k = attnc_compile(spec, NULL, &e);
+    int i, j;
+    if (!k) {
+      fprintf(stderr, "FAIL (does not compile): %s\n  %s: %s\n", spec, e.where, e.message);
+      sw->cases++;
+      sw->fails++;
+      return;
+    }
+    for (i = 0; i < 3; i++)
+      for (j = 0; j < attnc_dim_count(k); j++)
+        if (strcmp(attnc_dim_name(k, j), all[i]) == 0) {
+          names[o.ndims] = all[i];
+          values[o.ndims++] = all_values[i];
+        }
+    attnc_release(k);
+  }
+  sw->cases++;
+  if (!checker_run(spec, &o, &r)) {
+    sw->fails++;
+    fprintf(stderr, "FAIL [%s] %s\n  S=%lld T=%lld B=2 mask_rank=%d keep=%.2f seed=%lu: ",
+            be == ATTNC_BACKEND_CC ? "cc" : "tcc", spec, (long long)all_values[0], (long long)all_values[1], mask_rank, keep, seed);
+    if (r.status != ATTNC_OK) fprintf(stderr, "%s %s\n", r.err.where, r.err.message);
+    else fprintf(stderr, "max abs error %.3g, max |ref| %.3g\n", r.max_abs, r.max_ref);
+  }
+}
+
+static void report(const char *what, attnc_backend be, const struct sweep *sw)
+{
+  printf("%s [%s]: %d cases, %d failures\n", what, be == ATTNC_BACKEND_CC ? "cc" : "tcc", sw->cases, sw->fails);
+}
+
+/* Heads, kv heads and head_dim (including head_dim != c_in / H). */
+static void sweep_heads(attnc_backend be)
+{
+  static const int hgc[][3] = { { 1, 1, 8 }, { 4, 4, 6 }, { 4, 2, 5 }, { 6, 3, 4 }, { 8, 1, 3 }, { 8, 2, 16 }, { 3, 3, 7 } };
+  static const int64_t lens[] = { 1, 7, 33 };
+  struct sweep sw = { 0, 0 };
+  char spec[512];
+  size_t i, l;
+  for (i = 0; i < sizeof hgc / sizeof hgc[0]; i++)
+    for (l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      snprintf(spec, sizeof spec, "gqa x=B,S,24 heads=%d kv_heads=%d head_dim=%d", hgc[i][0], hgc[i][1], hgc[i][2]);
+      one(&sw, be, spec, lens[l], 0, 0, i * 10 + l);
+    }
+  one(&sw, be, "mqa x=B,S,32 heads=4", 257, 0, 0, 1);
+  one(&sw, be, "mha x=B,S,32 heads=4 qkv_bias=false out_bias=false", 257, 0, 0, 2);
+  report("heads", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+
+/* Every attention axis of 2-D .. 5-D inputs, with and without mask/bias. */
+static void sweep_axes(attnc_backend be)
+{
+  struct sweep sw = { 0, 0 };
+  char spec[512];
+  int rank, ax;
+  for (rank = 2; rank <= 5; rank++) {
+    for (ax = 0; ax <= rank - 2; ax++) {
+      char shape[128] = "";
+      int a;
+      size_t len = 0;
+      /* sizes 2,3,4 on batch axes, S on the attention axis, width 12 */
+      for (a = 0; a < rank - 1; a++)
+        len += (size_t)snprintf(shape + len, sizeof shape - len, "%s", a == ax ? "S," : (a % 2 ? "3," : "2,"));
+      snprintf(shape + len, sizeof shape - len, "12");
+      snprintf(spec, sizeof spec, "alphafold x=%s attn_dim=%d heads=3 head_dim=4", shape, ax);
+      one(&sw, be, spec, 5, 0, 0, (unsigned long)(rank * 10 + ax));
+      snprintf(spec, sizeof spec, "alphafold x=%s attn_dim=%d heads=3 head_dim=4 gated mask=key", shape, ax - (rank));
+      one(&sw, be, spec, 6, 0, 0.7, (unsigned long)(rank * 10 + ax + 1));
+      one(&sw, be, spec, 6, 1, 0.7, (unsigned long)(rank * 10 + ax + 2)); /* mask (Sk) only */
+      if (rank >= 3) one(&sw, be, spec, 6, 2, 0.7, (unsigned long)(rank * 10 + ax + 3));
+      snprintf(spec, sizeof spec, "alphafold x=%s attn_dim=%d heads=3 head_dim=4 bias=3,S,S mask=key empty_rows=uniform", shape, ax);
+      one(&sw, be, spec, 7, 0, 0.4, (unsigned long)(rank * 10 + ax + 4));
+    }
+  }
+  report("axes", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+
+/* Masks: key mask of every rank, causal both ways, windows, empty rows. */
+static void sweep_masks(attnc_backend be)
+{
+  static const char *const kinds[] = {
+    "causal", "causal=bottom_right", "window=2,0", "window=3,3", "window=2,5", "window=16,0 causal",
+    "causal=bottom_right window=1,1", "mask=key", "mask=key causal", "mask=key window=3,3",
+  };
+  static const char *const empty[] = { "zero", "uniform", "nan" };
+  static const int64_t lens[] = { 1, 7, 33, 257 };
+  struct sweep sw = { 0, 0 };
+  char spec[512];
+  size_t k, e, l;
+  for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+    for (l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      snprintf(spec, sizeof spec, "mha x=B,S,16 heads=2 %s", kinds[k]);
+      one(&sw, be, spec, lens[l], 0, 0.6, k * 7 + l);
+      /* cross-attention, Sq != Sk both ways, with bottom_right */
+      snprintf(spec, sizeof spec, "mha x=B,S,16 kv=B,T,8 heads=2 %s", kinds[k]);
+      one(&sw, be, spec, lens[l], 0, 0.6, k * 7 + l + 100);
+      snprintf(spec, sizeof spec, "mha x=B,T,16 kv=B,S,8 heads=2 %s", kinds[k]);
+      one(&sw, be, spec, lens[l], 0, 0.6, k * 7 + l + 200);
+    }
+  /* rows that see no key: a sparse mask, every empty_rows mode */
+  for (e = 0; e < 3; e++)
+    for (l = 0; l < 3; l++) {
+      snprintf(spec, sizeof spec, "mha x=B,S,16 heads=2 mask=key window=2,1 empty_rows=%s", empty[e]);
+      one(&sw, be, spec, lens[l], 0, 0.25, e * 3 + l + 300);
+      snprintf(spec, sizeof spec, "mha x=B,S,16 kv=B,T,16 heads=2 causal=bottom_right empty_rows=%s", empty[e]);
+      one(&sw, be, spec, lens[l] + 2, 0, 0, e * 3 + l + 400);
+    }
+  report("masks", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+
+/* Bias broadcasts (the seed's rule), global attention, gate, core mode, f64, large logits. */
+static void sweep_features(attnc_backend be)
+{
+  static const char *const specs[] = {
+    "alphafold x=2,3,S,12 heads=3 head_dim=4 bias=2,3,3,S,S",
+    "alphafold x=2,3,S,12 heads=3 head_dim=4 bias=2,1,3,S,S",
+    "alphafold x=2,3,S,12 heads=3 head_dim=4 bias=2,3,S,S",
+    "alphafold x=2,3,S,12 heads=3 head_dim=4 bias=1,S,S",
+    "alphafold x=2,3,S,12 heads=3 head_dim=4 bias=3,1,S",
+    "alphafold x=2,3,S,12 heads=3 head_dim=4 bias=1,S,1 gated",
+    "alphafold x=S,3,12 attn_dim=-3 heads=3 head_dim=4 bias=3,3,S,S mask=key",
+    "alphafold x=S,3,12 attn_dim=0 heads=2 head_dim=4 global",
+    "alphafold x=S,3,12 attn_dim=0 heads=2 head_dim=4 global gated",
+    "alphafold x=3,S,12 heads=2 head_dim=4 global mask=key",
+    "alphafold x=3,S,12 heads=2 head_dim=4 global mask=key global_mean=masked",
+    "alphafold x=3,S,12 heads=2 head_dim=4 global gated mask=key global_mean=masked",
+    "alphafold x=2,S,3,12 attn_dim=1 heads=2 head_dim=5 global gated mask=key global_mean=masked bias=2,2,1,S",
+    "alphafold x=3,S,12 kv=3,T,10 heads=2 head_dim=4 global",
+    "mha mode=core q=B,4,S,8",
+    "mha mode=core q=B,4,S,8 kv=B,2,T,8 causal=bottom_right mask=key",
+    "mha mode=core q=2,3,4,S,8 kv=2,3,1,T,8 bias=2,4,S,T causal mask=key",
+    "mha mode=core q=1,32,1,16 kv=1,8,S,16 mask=key",
+    "mha mode=core q=B,4,S,8 window=2,2 empty_rows=nan mask=key",
+    "mha x=B,S,16 heads=2 dtype=f64 causal mask=key",
+    "alphafold x=2,S,12 heads=3 head_dim=4 gated bias=3,S,S mask=key dtype=f64",
+    "mha mode=core q=B,4,S,8 dtype=f64 causal=bottom_right",
+    "mha x=B,S,16 heads=2 scale=0.37",
+    "mha x=B,S,16 heads=2 scale=40",
+  };
+  static const int64_t lens[] = { 1, 7, 33 };
+  struct sweep sw = { 0, 0 };
+  size_t i, l;
+  for (i = 0; i < sizeof specs / sizeof specs[0]; i++)
+    for (l = 0; l < sizeof lens / sizeof lens[0]; l++)
+      one(&sw, be, specs[i], lens[l], 0, 0.7, i * 3 + l);
+  report("features", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+
+/* Logits in the hundreds must not overflow: large inputs and scale. */
+static void sweep_large_logits(attnc_backend be)
+{
+  struct sweep sw = { 0, 0 };
+  checker_opts o;
+  checker_result r;
+  memset(&o, 0, sizeof o);
+  o.backend = be;
+  o.default_dim = 33;
+  o.scale_inputs = 60; /* q.k grows with the square: logits of several hundred */
+  checker_run("mha mode=core q=B,2,S,8 scale=1.0 dtype=f64", &o, &r);
+  sw.cases++;
+  if (!r.ok) { sw.fails++; fprintf(stderr, "FAIL large logits f64: %s max abs %.3g\n", r.err.message, r.max_abs); }
+  checker_run("mha mode=core q=B,2,S,8 scale=1.0", &o, &r);
+  sw.cases++;
+  if (!r.ok) { sw.fails++; fprintf(stderr, "FAIL large logits f32: %s max abs %.3g\n", r.err.message, r.max_abs); }
+  report("large logits", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+
+static void test_kernels_heads_tcc(void **s) { (void)s; sweep_heads(ATTNC_BACKEND_TCC); }
+static void test_kernels_heads_cc(void **s) { (void)s; sweep_heads(ATTNC_BACKEND_CC); }
+static void test_kernels_axes_tcc(void **s) { (void)s; sweep_axes(ATTNC_BACKEND_TCC); }
+static void test_kernels_axes_cc(void **s) { (void)s; sweep_axes(ATTNC_BACKEND_CC); }
+static void test_kernels_masks_tcc(void **s) { (void)s; sweep_masks(ATTNC_BACKEND_TCC); }
+static void test_kernels_masks_cc(void **s) { (void)s; sweep_masks(ATTNC_BACKEND_CC); }
+static void test_kernels_features_tcc(void **s) { (void)s; sweep_features(ATTNC_BACKEND_TCC); }
+static void test_kernels_features_cc(void **s) { (void)s; sweep_features(ATTNC_BACKEND_CC); }
+static void test_kernels_large_logits_tcc(void **s) { (void)s; sweep_large_logits(ATTNC_BACKEND_TCC); }
+static void test_kernels_large_logits_cc(void **s) { (void)s; sweep_large_logits(ATTNC_BACKEND_CC); }
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_kernels_heads_tcc),    cmocka_unit_test(test_kernels_heads_cc),
+    cmocka_unit_test(test_kernels_axes_tcc),     cmocka_unit_test(test_kernels_axes_cc),
+    cmocka_unit_test(test_kernels_masks_tcc),    cmocka_unit_test(test_kernels_masks_cc),
+    cmocka_unit_test(test_kernels_features_tcc), cmocka_unit_test(test_kernels_features_cc),
+    cmocka_unit_test(test_kernels_large_logits_tcc), cmocka_unit_test(test_kernels_large_logits_cc),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
