@@ -418,6 +418,8 @@ int main(int argc, char **argv)
     snprintf(c.spec_name, sizeof c.spec_name, "spec");
   }
   if ((rc = parse_args(&c, argc, argv)) != 0) return rc;
+  if (c.threads > 1)
+    fprintf(stderr, "attnc: note: --threads %d: kernels run on one thread in this version\n", c.threads);
   if (strcmp(c.cmd, "run") == 0) rc = cmd_run(&c);
   else if (strcmp(c.cmd, "check") == 0) rc = cmd_check(&c);
   else if (strcmp(c.cmd, "gen") == 0) rc = cmd_gen(&c);

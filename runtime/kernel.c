@@ -43,6 +43,28 @@ static void kernel_free(attnc_kernel *k)
   free(k);
 }
 
+/* ATTNC_DUMP_DIR: write every compiled kernel's C there, for reading and
+ * debugging.  Best effort: a failure to write never fails the compile. */
+static void dump_source(const attnc_gen *g)
+{
+  const char *dir = getenv("ATTNC_DUMP_DIR");
+  const char *text[2];
+  const char *ext[2] = { "c", "h" };
+  char path[4096];
+  int i;
+  if (!dir || !*dir) return;
+  text[0] = g->source;
+  text[1] = g->header;
+  for (i = 0; i < 2; i++) {
+    FILE *f;
+    snprintf(path, sizeof path, "%s/%s.%s", dir, g->name, ext[i]);
+    f = fopen(path, "w");
+    if (!f) return;
+    fputs(text[i], f);
+    fclose(f);
+  }
+}
+
 attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_error *err)
 {
   attnc_gen g;
@@ -83,6 +105,7 @@ attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_e
     free(k);
     return NULL;
   }
+  dump_source(&k->gen);
   /* Another thread may have compiled the same spec meanwhile: keep one. */
   pthread_mutex_lock(&cache_lock);
   for (it = cache_head; it; it = it->next) {
