@@ -16,6 +16,7 @@ extern const struct { const char *name; const char *data; size_t size; } attnc_e
 
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
 static lua_State *host_L;
+static char host_failure[1024]; /* why the generator could not start */
 
 /* With ATTNC_SRC_DIR set, read gen/ and templates/ from that folder instead
  * of the copies compiled into the library (for development). */
@@ -117,10 +118,15 @@ static attnc_status lua_failure(lua_State *L, const char *spec_name, attnc_error
 static void create_state(void)
 {
   lua_State *L = luaL_newstate();
-  if (!L) return;
+  if (!L) {
+    snprintf(host_failure, sizeof host_failure, "out of memory creating a Lua state");
+    return;
+  }
   lua_pushcfunction(L, on_error);
   lua_pushcfunction(L, load_modules);
   if (lua_pcall(L, 0, 0, 1) != LUA_OK) {
+    const char *msg = lua_tostring(L, -1);
+    snprintf(host_failure, sizeof host_failure, "%s", msg ? msg : "(no message)");
     lua_close(L);
     return;
   }
@@ -134,7 +140,9 @@ static attnc_status run_protected(const char *fn, const char *spec, const char *
   lua_State *L;
   if (!host_L) create_state();
   L = host_L;
-  if (!L) return attnc_err_set(err, ATTNC_EGEN, "could not start the embedded Lua generator (out of memory or a broken build)");
+  if (!L)
+    return attnc_err_set(err, ATTNC_EGEN, "could not start the Lua generator%s: %s",
+                         getenv("ATTNC_SRC_DIR") ? " (from ATTNC_SRC_DIR)" : "", host_failure);
   lua_pushcfunction(L, on_error);
   lua_getfield(L, LUA_REGISTRYINDEX, "attnc.gen");
   lua_getfield(L, -1, fn);
