@@ -261,11 +261,6 @@ static int lookup_name(const char *name)
   return -1;
 }
 
-static int mask_dtype_ok(attnc_dtype d)
-{
-  return d != ATTNC_F16 && d != ATTNC_BF16;
-}
-
 /* Bind one tensor; quiet=1 skips names the kernel does not use. */
 static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_tensor *t, int quiet, attnc_error *err)
 {
@@ -295,10 +290,7 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
     if (quiet) return ATTNC_OK;
     return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (check the spec: %s)", name, g->canonical);
   }
-  if (slot == ATTNC_SLOT_MASK) {
-    if (!mask_dtype_ok(t->dtype))
-      return attnc_err_set(err, ATTNC_EBIND, "mask '%s' has dtype %s; use U8, BOOL, an integer type, F32 or F64", name, attnc_dtype_name(t->dtype));
-  } else if (t->dtype != g->dtype) {
+  if (slot != ATTNC_SLOT_MASK && t->dtype != g->dtype) { /* a mask may have any dtype */
     return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has dtype %s but the kernel computes in %s (spec dtype)", name,
                          attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
   }
@@ -470,6 +462,7 @@ static int nonzero(const void *base, size_t i, attnc_dtype d)
   switch (d) {
   case ATTNC_F32: return ((const float *)base)[i] != 0.0f;
   case ATTNC_F64: return ((const double *)base)[i] != 0.0;
+  case ATTNC_F16: case ATTNC_BF16: return (((const uint16_t *)base)[i] & 0x7fff) != 0; /* -0 is zero */
   case ATTNC_I16: case ATTNC_U16: return ((const uint16_t *)base)[i] != 0;
   case ATTNC_I32: case ATTNC_U32: return ((const uint32_t *)base)[i] != 0;
   case ATTNC_I64: case ATTNC_U64: return ((const uint64_t *)base)[i] != 0;
