@@ -99,23 +99,69 @@ static char *read_file(const char *path)
   return buf;
 }
 
+/* A whole decimal number in [lo, hi], or -1 with a message. */
+static int parse_count(const char *opt, const char *v, long lo, long hi, long *out)
+{
+  char *end;
+  long n;
+  errno = 0;
+  n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < lo || n > hi) {
+    fprintf(stderr, "attnc: error: %s needs a whole number from %ld to %ld, got '%s'\n", opt, lo, hi, v);
+    return -1;
+  }
+  *out = n;
+  return 0;
+}
+
+static int set_spec(struct cli *c, const char *arg)
+{
+  if (c->spec) {
+    fprintf(stderr, "attnc: error: unexpected argument '%s' (the spec is already given; quote a spec with spaces)\n", arg);
+    return 2;
+  }
+  if (arg[0] == '@') {
+    struct stat st;
+    if (stat(arg + 1, &st) == 0 && S_ISDIR(st.st_mode)) errno = EISDIR;
+    else c->spec = read_file(arg + 1);
+    if (!c->spec) {
+      fprintf(stderr, "attnc: error: cannot read spec file %s: %s\n", arg + 1, strerror(errno));
+      return 2;
+    }
+    snprintf(c->spec_name, sizeof c->spec_name, "%s", arg + 1);
+  } else {
+    c->spec = strdup(arg);
+    snprintf(c->spec_name, sizeof c->spec_name, "spec");
+  }
+  return 0;
+}
+
 static int parse_args(struct cli *c, int argc, char **argv)
 {
-  int i;
-  for (i = 3; i < argc; i++) {
+  int i, rc;
+  long n;
+  for (i = 2; i < argc; i++) {
     const char *a = argv[i];
     const char *v = (i + 1 < argc) ? argv[i + 1] : NULL;
+    if (a[0] != '-' || a[1] == '\0') {
+      if ((rc = set_spec(c, a)) != 0) return rc;
+      continue;
+    }
     if (strcmp(a, "--tensors") == 0 && v) {
       if (c->nfiles == MAX_FILES) return fail("too many --tensors files (limit 32)%s", "");
       c->files[c->nfiles++] = v; i++;
     } else if (strcmp(a, "--out") == 0 && v) { c->out = v; i++; }
     else if (strcmp(a, "--prefix") == 0 && v) { c->prefix = v; i++; }
     else if (strcmp(a, "-o") == 0 && v) { c->outdir = v; i++; }
-    else if (strcmp(a, "--seed") == 0 && v) { c->seed = strtoul(v, NULL, 10); i++; }
-    else if (strcmp(a, "--runs") == 0 && v) { c->runs = atoi(v); i++; }
-    else if (strcmp(a, "--threads") == 0 && v) {
-      c->threads = atoi(v); i++;
-      if (c->threads < 1) return fail("--threads needs a positive number, got '%s'", v);
+    else if (strcmp(a, "--seed") == 0 && v) {
+      if (parse_count(a, v, 0, 2147483647L, &n) != 0) return 2;
+      c->seed = (unsigned long)n; i++;
+    } else if (strcmp(a, "--runs") == 0 && v) {
+      if (parse_count(a, v, 1, 1000000L, &n) != 0) return 2;
+      c->runs = (int)n; i++;
+    } else if (strcmp(a, "--threads") == 0 && v) {
+      if (parse_count(a, v, 1, 1024, &n) != 0) return 2;
+      c->threads = (int)n; i++;
     } else if (strcmp(a, "--backend") == 0 && v) {
       if (strcmp(v, "tcc") == 0) c->backend = ATTNC_BACKEND_TCC;
       else if (strcmp(v, "cc") == 0) c->backend = ATTNC_BACKEND_CC;
@@ -123,19 +169,16 @@ static int parse_args(struct cli *c, int argc, char **argv)
       i++;
     } else if (strcmp(a, "--dim") == 0 && v) {
       const char *eq = strchr(v, '=');
-      char *end;
-      long long n;
       if (!eq || eq == v) return fail("--dim needs NAME=N, got '%s'", v);
       if (c->ndims == MAX_DIMS) return fail("too many --dim options%s", "");
-      errno = 0;
-      n = strtoll(eq + 1, &end, 10);
-      if (errno || *end || n < 1 || n >= (1LL << 31)) return fail("--dim %s: the size must be an integer from 1 to 2^31-1", v);
+      if (parse_count("--dim", eq + 1, 1, 2147483647L, &n) != 0) return 2;
       c->dim_names[c->ndims] = strndup(v, (size_t)(eq - v));
       c->dim_values[c->ndims++] = n;
       i++;
     } else if (strcmp(a, "--print-name") == 0) c->print_name = 1;
     else if (strcmp(a, "--header") == 0) c->header = 1;
     else if (strcmp(a, "--json") == 0) c->json = 1;
+    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(help_for(c->cmd), stdout); return -1; }
     else {
       fprintf(stderr, "attnc: error: unknown or incomplete option '%s' for '%s'\n%s", a, c->cmd, help_for(c->cmd));
       return 2;
@@ -291,8 +334,8 @@ static int cmd_check(struct cli *c)
     return 2;
   }
   printf("%s\n", r.canonical);
-  printf("backend %s: %zu outputs, max abs error %.3g (max |ref| %.3g; tolerance 1e-5 + 1e-4 |ref| for f32): %s\n",
-         r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.ok ? "OK" : "MISMATCH");
+  printf("backend %s: %zu outputs, max abs error %.3g (max |ref| %.3g; tolerance %.0e + %.0e |ref| per element): %s\n",
+         r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.atol, r.rtol, r.ok ? "OK" : "MISMATCH");
   return r.ok ? 0 : 1;
 }
 
@@ -402,22 +445,14 @@ int main(int argc, char **argv)
     fprintf(stderr, "attnc: error: unknown command '%s'\n%s", c.cmd, USAGE);
     return 2;
   }
-  if (argc < 3 || strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) {
-    fputs(help, argc < 3 ? stderr : stdout);
-    return argc < 3 ? 2 : 0;
+  if ((rc = parse_args(&c, argc, argv)) != 0) {
+    free(c.spec);
+    return rc < 0 ? 0 : rc; /* -1: --help was printed */
   }
-  if (argv[2][0] == '@') {
-    c.spec = read_file(argv[2] + 1);
-    if (!c.spec) {
-      fprintf(stderr, "attnc: error: cannot read spec file %s: %s\n", argv[2] + 1, strerror(errno));
-      return 2;
-    }
-    snprintf(c.spec_name, sizeof c.spec_name, "%s", argv[2] + 1);
-  } else {
-    c.spec = strdup(argv[2]);
-    snprintf(c.spec_name, sizeof c.spec_name, "spec");
+  if (!c.spec) {
+    fprintf(stderr, "attnc: error: '%s' needs a SPEC (a quoted spec string or @FILE)\n%s", c.cmd, help);
+    return 2;
   }
-  if ((rc = parse_args(&c, argc, argv)) != 0) return rc;
   if (c.threads > 1)
     fprintf(stderr, "attnc: note: --threads %d: kernels run on one thread in this version\n", c.threads);
   if (strcmp(c.cmd, "run") == 0) rc = cmd_run(&c);

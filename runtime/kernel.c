@@ -321,7 +321,7 @@ attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *
     const char *key = name;
     int slot;
     if (plen && strncmp(name, prefix, plen) == 0) key = name + plen;
-    else if (plen && lookup_name(name) >= ATTNC_SLOT_WQ) continue; /* a weight of another layer */
+    else if (plen && (lookup_name(name) >= ATTNC_SLOT_WQ || lookup_name(name) <= -2)) continue; /* a weight outside the prefix */
     slot = lookup_name(key);
     if (slot == -1) continue;
     if (slot >= 0 && !b->k->gen.used[slot]) continue;

@@ -223,6 +223,8 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   }
   r->n = n;
   r->tol = atol + rtol * r->max_ref;
+  r->atol = atol;
+  r->rtol = rtol;
   r->ok = worst <= 1;
 done:
   checker_inputs_free(in);

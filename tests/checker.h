@@ -23,7 +23,8 @@ typedef struct checker_result {
   attnc_status status;            /* ATTNC_OK when the kernel ran */
   attnc_error err;
   size_t n;                       /* outputs compared */
-  double max_abs, max_ref, tol;   /* max |got - want|, max |want|, tolerance used */
+  double max_abs, max_ref, tol;   /* max |got - want|, max |want|, tolerance at max |want| */
+  double atol, rtol;              /* per element: |got - want| <= atol + rtol |want| */
   int ok;                         /* 1 when within tolerance and NaNs match */
   char canonical[2048];
   attnc_backend backend;

@@ -1,0 +1,1380 @@
+/* Tests of the `attnc` command line, run as a separate process.
+ *
+ * The binary is $ATTNC (default build/attnc).  Every command runs through
+ * popen in a mkdtemp work folder: stdout is read from the pipe, stderr goes
+ * to a file, and the exit status comes from pclose.  ATTNC_CACHE_DIR points
+ * inside the work folder so the cc backend starts from an empty cache.
+ *
+ * The safetensors files for `attnc run` are written and read here by hand
+ * (8-byte little-endian header length, JSON header, raw little-endian data),
+ * so these tests do not depend on the library's own safetensors code. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#ifndef PATH_MAX
+#define PATH_MAX 4096
+#endif
+
+static char g_dir[PATH_MAX];   /* the mkdtemp work folder */
+static char g_attnc[PATH_MAX]; /* absolute path of the binary */
+
+/* ------------------------------------------------------------------ */
+/* running the CLI                                                     */
+
+typedef struct cli_result {
+  int status;  /* exit status; 128+signal when killed */
+  char *out;   /* stdout */
+  char *err;   /* stderr */
+} cli_result;
+
+static char *slurp(const char *path, size_t *len)
+{
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  size_t n = 0, cap = 0;
+  if (!f) return NULL;
+  for (;;) {
+    size_t got;
+    if (cap - n < 4096) {
+      char *p = realloc(buf, cap = cap ? cap * 2 : 8192);
+      if (!p) { free(buf); fclose(f); return NULL; }
+      buf = p;
+    }
+    got = fread(buf + n, 1, cap - n - 1, f);
+    n += got;
+    if (got == 0) break;
+  }
+  fclose(f);
+  buf[n] = '\0';
+  if (len) *len = n;
+  return buf;
+}
+
+/* Append s to cmd in single quotes, escaping embedded quotes. */
+static void append_quoted(char *cmd, size_t cap, const char *s)
+{
+  size_t n = strlen(cmd);
+  if (n + 1 < cap) cmd[n++] = '\'';
+  for (; *s && n + 5 < cap; s++) {
+    if (*s == '\'') { memcpy(cmd + n, "'\\''", 4); n += 4; }
+    else cmd[n++] = *s;
+  }
+  if (n + 1 < cap) cmd[n++] = '\'';
+  cmd[n] = '\0';
+}
+
+static void append(char *cmd, size_t cap, const char *s)
+{
+  size_t n = strlen(cmd);
+  snprintf(cmd + n, cap - n, "%s", s);
+}
+
+/* Run `attnc ARGS...` (NULL-terminated) in the work folder. */
+static void cli_run(cli_result *r, const char *const *args)
+{
+  static char cmd[65536];
+  char errpath[PATH_MAX + 32];
+  FILE *p;
+  size_t n = 0, cap = 0;
+  int st, i;
+  memset(r, 0, sizeof *r);
+  snprintf(errpath, sizeof errpath, "%s/.stderr", g_dir);
+  cmd[0] = '\0';
+  append(cmd, sizeof cmd, "cd ");
+  append_quoted(cmd, sizeof cmd, g_dir);
+  append(cmd, sizeof cmd, " && exec ");
+  append_quoted(cmd, sizeof cmd, g_attnc);
+  for (i = 0; args[i]; i++) {
+    append(cmd, sizeof cmd, " ");
+    append_quoted(cmd, sizeof cmd, args[i]);
+  }
+  append(cmd, sizeof cmd, " 2>");
+  append_quoted(cmd, sizeof cmd, errpath);
+  append(cmd, sizeof cmd, " </dev/null");
+  fflush(NULL);
+  p = popen(cmd, "r");
+  assert_non_null(p);
+  for (;;) {
+    size_t got;
+    if (cap - n < 4096) {
+      char *q = realloc(r->out, cap = cap ? cap * 2 : 16384);
+      assert_non_null(q);
+      r->out = q;
+    }
+    got = fread(r->out + n, 1, cap - n - 1, p);
+    n += got;
+    if (got == 0) break;
+  }
+  r->out[n] = '\0';
+  st = pclose(p);
+  assert_true(st != -1);
+  r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  r->err = slurp(errpath, NULL);
+  if (!r->err) r->err = strdup("");
+  assert_non_null(r->err);
+}
+
+#define CLI(r, ...) cli_run(&(r), (const char *const[]){ __VA_ARGS__, NULL })
+
+static void cli_free(cli_result *r)
+{
+  free(r->out);
+  free(r->err);
+  r->out = r->err = NULL;
+}
+
+static void dump(const char *what, const cli_result *r)
+{
+  print_error("%s: exit %d\n--- stdout ---\n%.4000s\n--- stderr ---\n%.4000s\n", what, r->status, r->out, r->err);
+}
+
+#define EXPECT_EXIT0(r, what) do { if ((r).status != 0) { dump(what, &(r)); fail_msg("%s: expected exit 0", what); } } while (0)
+#define EXPECT_FAIL(r, what) do { if ((r).status == 0) { dump(what, &(r)); fail_msg("%s: expected a non-zero exit", what); } } while (0)
+#define EXPECT_HAS(r, text, needle, what) do { if (!strstr((text), (needle))) { dump(what, &(r)); fail_msg("%s: expected to find \"%s\"", what, needle); } } while (0)
+#define EXPECT_LACKS(r, text, needle, what) do { if (strstr((text), (needle))) { dump(what, &(r)); fail_msg("%s: did not expect \"%s\"", what, needle); } } while (0)
+
+/* Every line of stderr that reports an error starts as the design says. */
+static int starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+/* Paths in the work folder. */
+static const char *wpath(char *buf, size_t n, const char *name)
+{
+  snprintf(buf, n, "%s/%s", g_dir, name);
+  return buf;
+}
+
+static void write_text_file(const char *name, const char *text)
+{
+  char path[PATH_MAX + 64];
+  FILE *f = fopen(wpath(path, sizeof path, name), "w");
+  assert_non_null(f);
+  assert_true(fputs(text, f) >= 0);
+  assert_int_equal(fclose(f), 0);
+}
+
+static int file_exists(const char *name)
+{
+  char path[PATH_MAX + 64];
+  struct stat sb;
+  return stat(wpath(path, sizeof path, name), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0;
+}
+
+/* The "canonical: ..." line of `attnc explain` (caller frees). */
+static char *canonical_of(const char *spec)
+{
+  cli_result r;
+  const char *p, *e;
+  char *c;
+  CLI(r, "explain", spec);
+  EXPECT_EXIT0(r, "explain for the canonical spec");
+  p = strstr(r.out, "canonical:");
+  if (!p) { dump("explain", &r); fail_msg("explain printed no canonical: line"); }
+  p += strlen("canonical:");
+  while (*p == ' ') p++;
+  e = strchr(p, '\n');
+  if (!e) e = p + strlen(p);
+  c = strndup(p, (size_t)(e - p));
+  cli_free(&r);
+  assert_non_null(c);
+  assert_true(strlen(c) > 0);
+  return c;
+}
+
+/* The value of `name=` in a canonical spec (caller frees). */
+static char *canonical_key(const char *canon, const char *key)
+{
+  char pat[64];
+  const char *p;
+  size_t n;
+  snprintf(pat, sizeof pat, " %s=", key);
+  p = strstr(canon, pat);
+  if (!p) return NULL;
+  p += strlen(pat);
+  n = strcspn(p, " \n");
+  return strndup(p, n);
+}
+
+/* ------------------------------------------------------------------ */
+/* safetensors, by hand                                                */
+
+typedef struct st_tensor {
+  const char *name;
+  int rank;
+  int64_t shape[4];
+  const float *data;   /* prod(shape) floats */
+  const unsigned char *u8; /* instead of data: one byte per element, dtype U8 (or BOOL if bool_) */
+  int bool_;
+} st_tensor;
+
+static size_t st_count(const st_tensor *t)
+{
+  size_t n = 1;
+  int a;
+  for (a = 0; a < t->rank; a++) n *= (size_t)t->shape[a];
+  return n;
+}
+
+/* A tensor of rank 1..3 (unused dims ignored). */
+static st_tensor tens(const char *name, const float *data, int rank, int64_t d0, int64_t d1, int64_t d2)
+{
+  st_tensor t;
+  memset(&t, 0, sizeof t);
+  t.name = name;
+  t.data = data;
+  t.rank = rank;
+  t.shape[0] = d0; t.shape[1] = d1; t.shape[2] = d2;
+  return t;
+}
+
+static void put_f32le(unsigned char *p, float f)
+{
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  p[0] = (unsigned char)u; p[1] = (unsigned char)(u >> 8); p[2] = (unsigned char)(u >> 16); p[3] = (unsigned char)(u >> 24);
+}
+
+static float get_f32le(const unsigned char *p)
+{
+  uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void st_write(const char *name, const st_tensor *t, int n)
+{
+  char path[PATH_MAX + 64], header[8192];
+  size_t hlen = 0, off = 0, total, i;
+  unsigned char len8[8];
+  FILE *f;
+  int k, a;
+  hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "{");
+  for (k = 0; k < n; k++) {
+    size_t bytes = st_count(&t[k]) * (t[k].u8 ? 1 : 4);
+    const char *dt = t[k].u8 ? (t[k].bool_ ? "BOOL" : "U8") : "F32";
+    hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", k ? "," : "", t[k].name, dt);
+    for (a = 0; a < t[k].rank; a++)
+      hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "%s%lld", a ? "," : "", (long long)t[k].shape[a]);
+    hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "],\"data_offsets\":[%zu,%zu]}", off, off + bytes);
+    off += bytes;
+  }
+  hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "}");
+  while (hlen % 8) header[hlen++] = ' ';
+  assert_true(hlen < sizeof header);
+  total = hlen;
+  for (i = 0; i < 8; i++) len8[i] = (unsigned char)(total >> (8 * i));
+  f = fopen(wpath(path, sizeof path, name), "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(len8, 1, 8, f), 8);
+  assert_int_equal(fwrite(header, 1, hlen, f), hlen);
+  for (k = 0; k < n; k++) {
+    size_t m = st_count(&t[k]);
+    if (t[k].u8) {
+      assert_int_equal(fwrite(t[k].u8, 1, m, f), m);
+      continue;
+    }
+    for (i = 0; i < m; i++) {
+      unsigned char b[4];
+      put_f32le(b, t[k].data[i]);
+      assert_int_equal(fwrite(b, 1, 4, f), 4);
+    }
+  }
+  assert_int_equal(fclose(f), 0);
+}
+
+/* Skip white space. */
+static const char *ws(const char *p) { while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++; return p; }
+
+/* Find "key" (a JSON object key) in [p, end); return the char after its ':'. */
+static const char *json_key(const char *p, const char *end, const char *key)
+{
+  char pat[128];
+  size_t n;
+  snprintf(pat, sizeof pat, "\"%s\"", key);
+  n = strlen(pat);
+  for (; p + n <= end; p++)
+    if (memcmp(p, pat, n) == 0) {
+      const char *q = ws(p + n);
+      if (*q == ':') return ws(q + 1);
+    }
+  return NULL;
+}
+
+/* Parse "[a, b, ...]" of integers; returns count or -1. */
+static int json_ints(const char *p, int64_t *v, int max)
+{
+  int n = 0;
+  if (*p != '[') return -1;
+  p = ws(p + 1);
+  if (*p == ']') return 0;
+  for (;;) {
+    char *e;
+    long long x = strtoll(p, &e, 10);
+    if (e == p || n == max) return -1;
+    v[n++] = x;
+    p = ws(e);
+    if (*p == ']') return n;
+    if (*p != ',') return -1;
+    p = ws(p + 1);
+  }
+}
+
+/* Read tensor `want` (F32) from a safetensors file in the work folder. */
+static float *st_read(const char *name, const char *want, int *rank, int64_t *shape)
+{
+  char path[PATH_MAX + 64], *buf, *hdr;
+  const unsigned char *u;
+  const char *obj, *end, *p;
+  size_t len, i, count = 1;
+  uint64_t hlen = 0;
+  int64_t offs[2];
+  float *data;
+  int a;
+  buf = slurp(wpath(path, sizeof path, name), &len);
+  if (!buf) fail_msg("cannot read %s", name);
+  if (len < 8) fail_msg("%s: %zu bytes, shorter than the 8-byte header length", name, len);
+  u = (const unsigned char *)buf;
+  for (i = 0; i < 8; i++) hlen |= (uint64_t)u[i] << (8 * i);
+  if (hlen > len - 8) fail_msg("%s: header length %llu exceeds the file (%zu bytes)", name, (unsigned long long)hlen, len);
+  hdr = strndup(buf + 8, (size_t)hlen);
+  assert_non_null(hdr);
+  if (*ws(hdr) != '{') fail_msg("%s: the header does not start with '{': %.200s", name, hdr);
+  obj = json_key(hdr, hdr + hlen, want);
+  if (!obj || *obj != '{') fail_msg("%s: no tensor \"%s\" in header %.500s", name, want, hdr);
+  end = strchr(obj, '}');
+  if (!end) fail_msg("%s: unterminated header", name);
+  p = json_key(obj, end, "dtype");
+  if (!p || strncmp(p, "\"F32\"", 5) != 0) fail_msg("%s: %s is not F32: %.200s", name, want, obj);
+  p = json_key(obj, end, "shape");
+  if (!p || (*rank = json_ints(p, shape, 8)) < 0) fail_msg("%s: bad shape for %s: %.200s", name, want, obj);
+  p = json_key(obj, end, "data_offsets");
+  if (!p || json_ints(p, offs, 2) != 2) fail_msg("%s: bad data_offsets for %s: %.200s", name, want, obj);
+  for (a = 0; a < *rank; a++) count *= (size_t)shape[a];
+  if (offs[0] < 0 || offs[1] < offs[0] || (uint64_t)offs[1] > len - 8 - hlen)
+    fail_msg("%s: data_offsets [%lld, %lld] outside the data (%zu bytes)", name, (long long)offs[0], (long long)offs[1],
+             (size_t)(len - 8 - hlen));
+  if ((size_t)(offs[1] - offs[0]) != count * 4)
+    fail_msg("%s: %s holds %lld bytes but its shape needs %zu", name, want, (long long)(offs[1] - offs[0]), count * 4);
+  data = malloc(count * 4 + 4);
+  assert_non_null(data);
+  for (i = 0; i < count; i++) data[i] = get_f32le(u + 8 + hlen + (size_t)offs[0] + 4 * i);
+  free(hdr);
+  free(buf);
+  return data;
+}
+
+/* ------------------------------------------------------------------ */
+/* fixture                                                             */
+
+static int setup(void **state)
+{
+  const char *bin = getenv("ATTNC");
+  const char *tmp = getenv("TMPDIR");
+  char cache[PATH_MAX + 32];
+  (void)state;
+  if (!bin || !*bin) bin = "build/attnc";
+  if (!realpath(bin, g_attnc)) {
+    fprintf(stderr, "test_cli: cannot find the attnc binary '%s' (set ATTNC): %s\n", bin, strerror(errno));
+    return -1;
+  }
+  if (access(g_attnc, X_OK) != 0) {
+    fprintf(stderr, "test_cli: '%s' is not executable\n", g_attnc);
+    return -1;
+  }
+  snprintf(g_dir, sizeof g_dir, "%s/attnc_test_cli_XXXXXX", (tmp && *tmp) ? tmp : "/tmp");
+  if (!mkdtemp(g_dir)) {
+    fprintf(stderr, "test_cli: mkdtemp: %s\n", strerror(errno));
+    return -1;
+  }
+  snprintf(cache, sizeof cache, "%s/cache", g_dir);
+  mkdir(cache, 0755);
+  setenv("ATTNC_CACHE_DIR", cache, 1);
+  unsetenv("ATTNC_BACKEND");
+  unsetenv("ATTNC_THREADS");
+  return 0;
+}
+
+static int teardown(void **state)
+{
+  char cmd[PATH_MAX + 32] = "rm -rf ";
+  (void)state;
+  if (!g_dir[0] || getenv("ATTNC_TEST_KEEP")) return 0;
+  append_quoted(cmd, sizeof cmd, g_dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* help and commands                                                   */
+
+static void test_cli_help_every_command(void **state)
+{
+  static const char *const cmds[] = { "run", "check", "gen", "show", "explain", "bench" };
+  size_t i;
+  (void)state;
+  for (i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    cli_result r;
+    char usage[64];
+    snprintf(usage, sizeof usage, "usage: attnc %s", cmds[i]);
+    CLI(r, cmds[i], "--help");
+    EXPECT_EXIT0(r, cmds[i]);
+    EXPECT_HAS(r, r.out, usage, cmds[i]);
+    cli_free(&r);
+  }
+}
+
+static void test_cli_help_top_level(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "--help");
+  EXPECT_EXIT0(r, "attnc --help");
+  EXPECT_HAS(r, r.out, "usage: attnc", "attnc --help");
+  EXPECT_HAS(r, r.out, "explain", "attnc --help lists the commands");
+  cli_free(&r);
+}
+
+static void test_cli_unknown_command(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "frobnicate", "mha x=2,5,128 heads=4");
+  EXPECT_FAIL(r, "unknown command");
+  if (!starts_with(r.err, "attnc: error:")) { dump("unknown command", &r); fail_msg("stderr must start with 'attnc: error:'"); }
+  EXPECT_HAS(r, r.err, "frobnicate", "unknown command is named");
+  cli_free(&r);
+}
+
+static void test_cli_unknown_option(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "show", "mha x=2,5,128 heads=4", "--frob");
+  EXPECT_FAIL(r, "unknown option");
+  EXPECT_HAS(r, r.err, "attnc: error:", "unknown option");
+  EXPECT_HAS(r, r.err, "--frob", "unknown option is named");
+  cli_free(&r);
+}
+
+/* ------------------------------------------------------------------ */
+/* spec errors                                                         */
+
+static void test_cli_spec_error_position(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "show", "mha x=2,5,128 haeds=4");
+  EXPECT_FAIL(r, "unknown key");
+  if (!starts_with(r.err, "spec:1:15: error: unknown key 'haeds' (did you mean 'heads'?)")) {
+    dump("unknown key", &r);
+    fail_msg("expected spec:1:15: error: unknown key 'haeds' (did you mean 'heads'?)");
+  }
+  EXPECT_LACKS(r, r.out, "_run(", "no C on a spec error");
+  cli_free(&r);
+}
+
+static void test_cli_spec_errors_have_position(void **state)
+{
+  static const char *const bad[] = {
+    "mha x=2,5,128 heads=4 kv_heads=3",
+    "mha x=2,5,128 heads=4 causal=sideways",
+    "mha x=2,5,128 heads=4 attn_dim=-1",
+    "mha x=2,5,128 heads=4 name=1abc",
+    "mha heads=4",
+  };
+  static const char *const cmds[] = { "show", "explain", "check", "gen", "bench", "run" };
+  size_t i;
+  (void)state;
+  for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cli_result r;
+    int line, col;
+    char rest[16];
+    const char *cmd = cmds[i % (sizeof cmds / sizeof cmds[0])];
+    if (strcmp(cmd, "gen") == 0) CLI(r, cmd, bad[i], "-o", "gen_bad");
+    else if (strcmp(cmd, "run") == 0) CLI(r, cmd, bad[i], "--tensors", "none.safetensors", "--out", "o.safetensors");
+    else CLI(r, cmd, bad[i]);
+    EXPECT_FAIL(r, bad[i]);
+    if (sscanf(r.err, "spec:%d:%d: error%8[:]", &line, &col, rest) != 3 || line != 1 || col < 1 || col > (int)strlen(bad[i]) + 1) {
+      dump(bad[i], &r);
+      fail_msg("%s %s: expected 'spec:1:COL: error: ...' on stderr", cmd, bad[i]);
+    }
+    cli_free(&r);
+  }
+}
+
+static void test_cli_spec_file_error_uses_path(void **state)
+{
+  cli_result r;
+  (void)state;
+  write_text_file("bad.attn", "# decoder self-attention\nmha x=B,S,64   # the input\n  heads=4 causal\n    haeds=4\n");
+  CLI(r, "show", "@bad.attn");
+  EXPECT_FAIL(r, "@bad.attn");
+  if (!starts_with(r.err, "bad.attn:4:5: error: unknown key 'haeds' (did you mean 'heads'?)")) {
+    dump("@bad.attn", &r);
+    fail_msg("expected bad.attn:4:5: error: unknown key 'haeds' ...");
+  }
+  cli_free(&r);
+}
+
+static void test_cli_spec_file_missing(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "show", "@no_such_spec.attn");
+  EXPECT_FAIL(r, "missing @FILE");
+  if (!starts_with(r.err, "attnc: error: cannot read spec file ")) {
+    dump("missing @FILE", &r);
+    fail_msg("expected 'attnc: error: cannot read spec file ...'");
+  }
+  EXPECT_HAS(r, r.err, "no_such_spec.attn", "missing @FILE is named");
+  cli_free(&r);
+}
+
+static void test_cli_spec_file_equals_string(void **state)
+{
+  cli_result a, b;
+  (void)state;
+  write_text_file("good.attn", "# decoder self-attention\nmha x=B,S,64   # the input\n  heads=4\n  causal\n");
+  CLI(a, "show", "@good.attn");
+  EXPECT_EXIT0(a, "show @good.attn");
+  CLI(b, "show", "mha x=B,S,64 heads=4 causal");
+  EXPECT_EXIT0(b, "show SPEC");
+  assert_string_equal(a.out, b.out);
+  cli_free(&a);
+  cli_free(&b);
+}
+
+static void test_cli_no_arguments(void **state)
+{
+  cli_result r;
+  (void)state;
+  cli_run(&r, (const char *const[]){ NULL });
+  EXPECT_FAIL(r, "attnc with no arguments");
+  EXPECT_HAS(r, r.err, "usage: attnc", "attnc with no arguments prints the usage on stderr");
+  cli_free(&r);
+  CLI(r, "show");
+  EXPECT_FAIL(r, "attnc show without SPEC");
+  EXPECT_HAS(r, r.err, "usage: attnc show", "attnc show without SPEC");
+  cli_free(&r);
+}
+
+static void test_cli_version(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "--version");
+  EXPECT_EXIT0(r, "--version");
+  EXPECT_HAS(r, r.out, "attnc ", "--version");
+  cli_free(&r);
+}
+
+/* Numeric option values are checked like --dim's: no silent fallback. */
+static void test_cli_bad_numbers(void **state)
+{
+  static const char *const bad[][2] = {
+    { "--runs", "abc" }, { "--runs", "-3" }, { "--seed", "x1" }, { "--threads", "2x" }, { "--threads", "0" },
+  };
+  size_t i;
+  int failures = 0;
+  (void)state;
+  for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cli_result r;
+    char what[64];
+    const char *cmd = strcmp(bad[i][0], "--seed") == 0 ? "check" : "bench";
+    snprintf(what, sizeof what, "%s %s %s", cmd, bad[i][0], bad[i][1]);
+    if (strcmp(bad[i][0], "--threads") == 0) CLI(r, cmd, "mha x=1,3,4 heads=1", bad[i][0], bad[i][1], "--runs", "1");
+    else CLI(r, cmd, "mha x=1,3,4 heads=1", bad[i][0], bad[i][1]);
+    if (r.status == 0 || !strstr(r.err, "attnc: error:") || !strstr(r.err, bad[i][0])) {
+      dump(what, &r);
+      print_error("%s: expected a non-zero exit and 'attnc: error: ... %s ...'\n", what, bad[i][0]);
+      failures++;
+    }
+    cli_free(&r);
+  }
+  if (failures) fail_msg("%d bad numeric option values were accepted", failures);
+}
+
+static void test_cli_spec_file_is_directory(void **state)
+{
+  char path[PATH_MAX + 64];
+  cli_result r;
+  (void)state;
+  mkdir(wpath(path, sizeof path, "spec_dir.attn"), 0755);
+  CLI(r, "show", "@spec_dir.attn");
+  EXPECT_FAIL(r, "@DIR");
+  EXPECT_HAS(r, r.err, "attnc: error: cannot read spec file spec_dir.attn", "@DIR");
+  EXPECT_HAS(r, r.err, "directory", "@DIR: the reason is that it is a directory");
+  cli_free(&r);
+}
+
+/* ------------------------------------------------------------------ */
+/* show                                                                */
+
+static void test_cli_show(void **state)
+{
+  static const char *const steps[] = { "Project", "Split heads", "Scores", "Softmax", "Weighted sum", "Output projection" };
+  const char *spec = "mha x=B,S,64 heads=4 causal";
+  char *canon = canonical_of(spec), *name = canonical_key(canon, "name"), run[128];
+  cli_result r;
+  size_t i;
+  (void)state;
+  assert_non_null(name);
+  CLI(r, "show", spec);
+  EXPECT_EXIT0(r, "show");
+  EXPECT_HAS(r, r.out, canon, "show: the banner holds the canonical spec");
+  assert_true(strstr(r.out, canon) < strstr(r.out, "_run("));
+  snprintf(run, sizeof run, "%s_run(", name);
+  EXPECT_HAS(r, r.out, run, "show: the kernel entry point");
+  for (i = 0; i < sizeof steps / sizeof steps[0]; i++) EXPECT_HAS(r, r.out, steps[i], "show: step comments");
+  assert_string_equal(r.err, "");
+  cli_free(&r);
+  free(name);
+  free(canon);
+}
+
+static void test_cli_show_header(void **state)
+{
+  const char *spec = "mha x=B,S,64 heads=4 name=my_hdr";
+  cli_result r;
+  (void)state;
+  CLI(r, "show", spec, "--header");
+  EXPECT_EXIT0(r, "show --header");
+  EXPECT_HAS(r, r.out, "attnc_args", "show --header");
+  EXPECT_HAS(r, r.out, "my_hdr_run(", "show --header declares the entry point");
+  EXPECT_HAS(r, r.out, "#ifndef", "show --header has an include guard");
+  EXPECT_LACKS(r, r.out, "Softmax", "show --header is the header, not the source");
+  cli_free(&r);
+}
+
+/* ------------------------------------------------------------------ */
+/* explain                                                             */
+
+/* The number before " bytes" on the line of tensor `t` (-1 if none). */
+static long long explain_bytes(const char *text, const char *t)
+{
+  char pat[32];
+  const char *p, *e, *b;
+  snprintf(pat, sizeof pat, "\n  %s ", t);
+  p = strstr(text, pat);
+  if (!p) return -1;
+  p += 1;
+  e = strchr(p, '\n');
+  if (!e) e = p + strlen(p);
+  b = strstr(p, " bytes");
+  if (!b || b > e) return -1;
+  while (b > p && b[-1] >= '0' && b[-1] <= '9') b--;
+  return strtoll(b, NULL, 10);
+}
+
+static void test_cli_explain(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "explain", "mha x=2,5,128 heads=4");
+  EXPECT_EXIT0(r, "explain");
+  EXPECT_HAS(r, r.out, "canonical:", "explain");
+  EXPECT_HAS(r, r.out, "heads=4", "explain canonical");
+  EXPECT_HAS(r, r.out, "FLOPs", "explain");
+  EXPECT_HAS(r, r.out, "(2, 5, 128)", "explain x shape");
+  assert_int_equal(explain_bytes(r.out, "x"), 2LL * 5 * 128 * 4);
+  assert_int_equal(explain_bytes(r.out, "out"), 2LL * 5 * 128 * 4);
+  assert_int_equal(explain_bytes(r.out, "wq"), 128LL * 128 * 4);
+  cli_free(&r);
+}
+
+static void test_cli_explain_dims(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "explain", "mha x=B,S,64 heads=4", "--dim", "B=2", "--dim", "S=7");
+  EXPECT_EXIT0(r, "explain --dim");
+  EXPECT_HAS(r, r.out, "x=B,S,64", "explain keeps the named dims in the canonical spec");
+  assert_int_equal(explain_bytes(r.out, "x"), 2LL * 7 * 64 * 4);
+  assert_int_equal(explain_bytes(r.out, "out"), 2LL * 7 * 64 * 4);
+  EXPECT_HAS(r, r.out, "total", "explain FLOPs total");
+  cli_free(&r);
+}
+
+static void test_cli_explain_bad_dim(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "explain", "mha x=B,S,64 heads=4", "--dim", "Q=2");
+  EXPECT_FAIL(r, "--dim Q=2");
+  EXPECT_HAS(r, r.err, "attnc: error:", "--dim Q=2");
+  EXPECT_HAS(r, r.err, "Q", "--dim Q=2 names the dim");
+  cli_free(&r);
+  CLI(r, "explain", "mha x=B,S,64 heads=4", "--dim", "B=0");
+  EXPECT_FAIL(r, "--dim B=0");
+  EXPECT_HAS(r, r.err, "attnc: error:", "--dim B=0");
+  cli_free(&r);
+  CLI(r, "explain", "mha x=B,S,64 heads=4", "--dim", "B");
+  EXPECT_FAIL(r, "--dim B");
+  EXPECT_HAS(r, r.err, "attnc: error:", "--dim B");
+  cli_free(&r);
+  CLI(r, "explain", "mha x=B,S,64 heads=4", "--dim", "B=x");
+  EXPECT_FAIL(r, "--dim B=x");
+  EXPECT_HAS(r, r.err, "attnc: error:", "--dim B=x");
+  cli_free(&r);
+}
+
+/* ------------------------------------------------------------------ */
+/* check                                                               */
+
+static const char *const CHECK_SPECS[] = {
+  "mha x=B,S,64 heads=4 causal",                                                          /* decoder self-attention */
+  "gqa x=1,S,64 heads=8 kv_heads=2 causal=bottom_right",                                  /* Llama-style GQA */
+  "alphafold x=S,R,16 attn_dim=-3 heads=4 head_dim=4 gated global global_mean=masked mask=key", /* extra-MSA global */
+  "alphafold x=2,6,16 heads=4 head_dim=4 gated bias=4,6,6 mask=key",                      /* MSA row attention, pair bias */
+  "mha mode=core q=1,8,1,16 kv=1,2,S,16",                                                 /* decode over a KV cache */
+  "mha x=2,5,32 kv=2,11,24 heads=4 mask=key",                                             /* cross-attention */
+};
+
+static void check_all(const char *backend)
+{
+  size_t i;
+  char want[32];
+  snprintf(want, sizeof want, "backend %s", backend);
+  for (i = 0; i < sizeof CHECK_SPECS / sizeof CHECK_SPECS[0]; i++) {
+    cli_result r;
+    CLI(r, "check", CHECK_SPECS[i], "--backend", backend, "--seed", "3");
+    EXPECT_EXIT0(r, CHECK_SPECS[i]);
+    EXPECT_HAS(r, r.out, "OK", CHECK_SPECS[i]);
+    EXPECT_HAS(r, r.out, want, CHECK_SPECS[i]);
+    EXPECT_HAS(r, r.out, "max abs error", CHECK_SPECS[i]);
+    EXPECT_LACKS(r, r.out, "MISMATCH", CHECK_SPECS[i]);
+    cli_free(&r);
+  }
+}
+
+static void test_cli_check_tcc(void **state) { (void)state; check_all("tcc"); }
+static void test_cli_check_cc(void **state) { (void)state; check_all("cc"); }
+
+static void test_cli_check_dims(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "check", "mha x=B,S,16 heads=2 causal", "--dim", "B=3", "--dim", "S=5");
+  EXPECT_EXIT0(r, "check --dim");
+  EXPECT_HAS(r, r.out, "OK", "check --dim");
+  EXPECT_HAS(r, r.out, " 240 outputs", "check --dim uses B=3, S=5: 3*5*16 outputs");
+  cli_free(&r);
+}
+
+/* The tolerance check prints is the one it used: f64 is far tighter than f32. */
+static void test_cli_check_f64(void **state)
+{
+  cli_result r;
+  const char *line;
+  char buf[512];
+  size_t n;
+  (void)state;
+  CLI(r, "check", "mha x=2,S,16 heads=2 dtype=f64 causal");
+  EXPECT_EXIT0(r, "check dtype=f64");
+  EXPECT_HAS(r, r.out, "OK", "check dtype=f64");
+  line = strstr(r.out, "max abs error");
+  assert_non_null(line);
+  while (line > r.out && line[-1] != '\n') line--;
+  n = strcspn(line, "\n");
+  snprintf(buf, sizeof buf, "%.*s", (int)n, line);
+  EXPECT_LACKS(r, buf, "for f32", "check dtype=f64 must not report the f32 tolerance");
+  EXPECT_LACKS(r, buf, "1e-5 + 1e-4", "check dtype=f64 must not report the f32 tolerance");
+  cli_free(&r);
+}
+
+static void test_cli_check_bad_backend(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "check", "mha x=2,3,8 heads=2", "--backend", "foo");
+  EXPECT_FAIL(r, "--backend foo");
+  if (!starts_with(r.err, "attnc: error:")) { dump("--backend foo", &r); fail_msg("expected attnc: error:"); }
+  EXPECT_HAS(r, r.err, "foo", "--backend foo is named");
+  cli_free(&r);
+}
+
+/* ------------------------------------------------------------------ */
+/* gen                                                                 */
+
+static void cc_compile(const char *dir, const char *file)
+{
+  char cmd[2 * PATH_MAX + 256] = "cd ";
+  int st;
+  append_quoted(cmd, sizeof cmd, g_dir);
+  append(cmd, sizeof cmd, "/");
+  append(cmd, sizeof cmd, dir);
+  append(cmd, sizeof cmd, " && cc -std=c99 -Wall -Wextra -Werror -c ");
+  append(cmd, sizeof cmd, file);
+  append(cmd, sizeof cmd, " -o /dev/null 2>&1");
+  fflush(NULL);
+  st = system(cmd);
+  if (st != 0) fail_msg("cc -std=c99 -Wall -Wextra -Werror -c %s/%s failed (status %d)", dir, file, st);
+}
+
+static void gen_and_compile(const char *spec, const char *dir, const char *name)
+{
+  cli_result r;
+  char c[256], h[256], use[256], text[512];
+  CLI(r, "gen", spec, "-o", dir);
+  EXPECT_EXIT0(r, spec);
+  snprintf(c, sizeof c, "%s/%s.c", dir, name);
+  snprintf(h, sizeof h, "%s/%s.h", dir, name);
+  if (!file_exists(c) || !file_exists(h)) { dump(spec, &r); fail_msg("gen did not write %s and %s", c, h); }
+  cli_free(&r);
+  snprintf(c, sizeof c, "%s.c", name);
+  cc_compile(dir, c);
+  /* the header on its own, as a user includes it */
+  snprintf(use, sizeof use, "%s/use_%s.c", dir, name);
+  snprintf(text, sizeof text, "#include \"%s.h\"\nint use_it(const attnc_args *a);\nint use_it(const attnc_args *a) { return %s_run(a); }\n",
+           name, name);
+  write_text_file(use, text);
+  snprintf(use, sizeof use, "use_%s.c", name);
+  cc_compile(dir, use);
+}
+
+static void test_cli_gen(void **state)
+{
+  (void)state;
+  gen_and_compile("mha x=B,S,64 heads=4 causal mask=key name=my_mha", "gen_out", "my_mha");
+  gen_and_compile("alphafold x=S,R,16 attn_dim=-3 heads=4 head_dim=4 gated global mask=key name=af_global", "gen_out", "af_global");
+  gen_and_compile("mha mode=core q=1,8,1,16 kv=1,2,S,16 causal=bottom_right dtype=f64 name=decode64", "gen_out2", "decode64");
+}
+
+static void test_cli_gen_derived_name(void **state)
+{
+  const char *spec = "gqa x=1,S,64 heads=8 kv_heads=2 causal=bottom_right";
+  char *canon = canonical_of(spec), *name = canonical_key(canon, "name"), c[256], h[256];
+  cli_result r;
+  (void)state;
+  assert_non_null(name);
+  CLI(r, "gen", spec, "-o", "gen_derived", "--print-name");
+  EXPECT_EXIT0(r, "gen --print-name");
+  EXPECT_HAS(r, r.out, name, "gen --print-name prints the canonical name");
+  snprintf(c, sizeof c, "gen_derived/%s.c", name);
+  snprintf(h, sizeof h, "gen_derived/%s.h", name);
+  assert_true(file_exists(c));
+  assert_true(file_exists(h));
+  cli_free(&r);
+  free(name);
+  free(canon);
+}
+
+static void test_cli_gen_needs_dir(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "gen", "mha x=B,S,64 heads=4");
+  EXPECT_FAIL(r, "gen without -o");
+  EXPECT_HAS(r, r.err, "attnc: error:", "gen without -o");
+  EXPECT_HAS(r, r.err, "-o", "gen without -o says what is missing");
+  cli_free(&r);
+}
+
+/* ------------------------------------------------------------------ */
+/* run                                                                 */
+
+#define RUN_SPEC "mha x=1,3,4 heads=1 qkv_bias=false out_bias=true"
+
+static const float ZERO44[16] = { 0 };
+static const float ZERO124[48] = { 0 };
+static const float BO[4] = { 1, 2, 3, 4 };
+static const float EYE4[16] = { 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1 };
+static const float X134[12] = { 0.5f, -1.0f, 2.0f, 0.25f, 3.0f, 1.5f, -0.75f, 1.0f, -2.0f, 0.125f, 4.0f, -1.25f };
+
+/* Weights of RUN_SPEC under one naming scheme, with an optional prefix;
+ * `omit` (may be NULL) is left out.  Returns the count. */
+static int run_weights(st_tensor *t, char names[][96], const char *scheme, const char *prefix, const char *omit)
+{
+  static const char *const af[] = { "linear_q.weight", "linear_k.weight", "linear_v.weight", "linear_o.weight", "linear_o.bias" };
+  static const char *const hf[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "o_proj.bias" };
+  static const char *const th[] = { "in_proj_weight", "out_proj.weight", "out_proj.bias" };
+  const char *const *list = strcmp(scheme, "af") == 0 ? af : strcmp(scheme, "hf") == 0 ? hf : th;
+  int n = strcmp(scheme, "torch") == 0 ? 3 : 5, i, k = 0;
+  for (i = 0; i < n; i++) {
+    const char *nm = list[i];
+    if (omit && strcmp(omit, nm) == 0) continue;
+    snprintf(names[k], 96, "%s%s", prefix ? prefix : "", nm);
+    if (strstr(nm, ".bias")) t[k] = tens(names[k], BO, 1, 4, 0, 0);
+    else if (strcmp(nm, "in_proj_weight") == 0) t[k] = tens(names[k], ZERO124, 2, 12, 4, 0);
+    else t[k] = tens(names[k], ZERO44, 2, 4, 4, 0);
+    k++;
+  }
+  return k;
+}
+
+static void expect_rows_bias(const char *outfile, int64_t b, int64_t s)
+{
+  int rank = 0;
+  int64_t shape[8];
+  float *o = st_read(outfile, "out", &rank, shape);
+  int64_t i;
+  int j;
+  assert_int_equal(rank, 3);
+  assert_int_equal(shape[0], b);
+  assert_int_equal(shape[1], s);
+  assert_int_equal(shape[2], 4);
+  for (i = 0; i < b * s; i++)
+    for (j = 0; j < 4; j++)
+      if (!(o[i * 4 + j] > BO[j] - 1e-6f && o[i * 4 + j] < BO[j] + 1e-6f))
+        fail_msg("%s: out row %lld col %d is %g, want %g", outfile, (long long)i, j, (double)o[i * 4 + j], (double)BO[j]);
+  free(o);
+}
+
+static void run_scheme(const char *scheme, const char *file, const char *outfile)
+{
+  st_tensor t[8];
+  char names[8][96];
+  int n = run_weights(t, names, scheme, NULL, NULL);
+  cli_result r;
+  t[n] = tens("x", X134, 3, 1, 3, 4);
+  st_write(file, t, n + 1);
+  CLI(r, "run", RUN_SPEC, "--tensors", file, "--out", outfile);
+  EXPECT_EXIT0(r, scheme);
+  cli_free(&r);
+  expect_rows_bias(outfile, 1, 3);
+}
+
+static void test_cli_run_alphafold_names(void **state) { (void)state; run_scheme("af", "w_af.safetensors", "out_af.safetensors"); }
+static void test_cli_run_hf_names(void **state) { (void)state; run_scheme("hf", "w_hf.safetensors", "out_hf.safetensors"); }
+static void test_cli_run_torch_names(void **state) { (void)state; run_scheme("torch", "w_torch.safetensors", "out_torch.safetensors"); }
+
+static void test_cli_run_prefix(void **state)
+{
+  static const float OTHER_BO[4] = { 5, 6, 7, 8 };
+  st_tensor t[16], x;
+  char names[16][96];
+  cli_result r;
+  int n, m, i;
+  (void)state;
+  /* layer 0 is the one asked for; layer 1 has another output bias */
+  n = run_weights(t, names, "af", "layers.0.", NULL);
+  m = run_weights(t + n, names + n, "af", "layers.1.", NULL);
+  for (i = n; i < n + m; i++)
+    if (strstr(t[i].name, ".bias")) t[i].data = OTHER_BO;
+  st_write("w_layers.safetensors", t, n + m);
+  /* the input in a second file */
+  x = tens("x", X134, 3, 1, 3, 4);
+  st_write("x_layers.safetensors", &x, 1);
+  CLI(r, "run", RUN_SPEC, "--tensors", "w_layers.safetensors", "--tensors", "x_layers.safetensors",
+      "--prefix", "layers.0.", "--out", "out_layers.safetensors");
+  EXPECT_EXIT0(r, "run --prefix layers.0.");
+  cli_free(&r);
+  expect_rows_bias("out_layers.safetensors", 1, 3);
+}
+
+/* --prefix with torch names: layer 0's stacked in_proj_weight, and an
+ * unprefixed in_proj_weight (another module's) that must be ignored like
+ * every other weight outside the prefix.  Wo = I, so a wrong Wv shows. */
+static void test_cli_run_prefix_torch(void **state)
+{
+  static const float ONES[48] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                  1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+  static const float OTHER_BO[4] = { 5, 6, 7, 8 };
+  st_tensor t[8];
+  cli_result r;
+  (void)state;
+  t[0] = tens("layers.0.in_proj_weight", ZERO124, 2, 12, 4, 0);
+  t[1] = tens("layers.0.out_proj.weight", EYE4, 2, 4, 4, 0);
+  t[2] = tens("layers.0.out_proj.bias", BO, 1, 4, 0, 0);
+  t[3] = tens("layers.1.in_proj_weight", ONES, 2, 12, 4, 0);
+  t[4] = tens("layers.1.out_proj.bias", OTHER_BO, 1, 4, 0, 0);
+  t[5] = tens("x", X134, 3, 1, 3, 4);
+  t[6] = tens("in_proj_weight", ONES, 2, 12, 4, 0);
+  t[7] = tens("out_proj.bias", OTHER_BO, 1, 4, 0, 0);
+  st_write("w_prefix_torch.safetensors", t, 8);
+  CLI(r, "run", RUN_SPEC, "--tensors", "w_prefix_torch.safetensors", "--prefix", "layers.0.", "--out", "out_prefix_torch.safetensors");
+  EXPECT_EXIT0(r, "run --prefix with torch names");
+  cli_free(&r);
+  expect_rows_bias("out_prefix_torch.safetensors", 1, 3);
+}
+
+static void test_cli_run_named_dims(void **state)
+{
+  static const float X234[24] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12 };
+  st_tensor t[8];
+  char names[8][96];
+  cli_result r;
+  int n = run_weights(t, names, "hf", NULL, NULL);
+  (void)state;
+  t[n] = tens("x", X234, 3, 2, 3, 4);
+  st_write("w_dims.safetensors", t, n + 1);
+  CLI(r, "run", "mha x=B,S,4 heads=1 qkv_bias=false", "--tensors", "w_dims.safetensors", "--out", "out_dims.safetensors");
+  EXPECT_EXIT0(r, "run with named dims");
+  cli_free(&r);
+  expect_rows_bias("out_dims.safetensors", 2, 3);
+}
+
+/* Nonzero numbers: q = k = 0 makes the weights uniform over the visible keys,
+ * Wv = Wo = I, so with causal row i is the mean of x rows 0..i, plus bo. */
+static void test_cli_run_causal_mean(void **state)
+{
+  st_tensor t[6];
+  cli_result r;
+  int rank, i, j, k;
+  int64_t shape[8];
+  float *o;
+  (void)state;
+  t[0] = tens("linear_q.weight", ZERO44, 2, 4, 4, 0);
+  t[1] = tens("linear_k.weight", ZERO44, 2, 4, 4, 0);
+  t[2] = tens("linear_v.weight", EYE4, 2, 4, 4, 0);
+  t[3] = tens("linear_o.weight", EYE4, 2, 4, 4, 0);
+  t[4] = tens("linear_o.bias", BO, 1, 4, 0, 0);
+  t[5] = tens("x", X134, 3, 1, 3, 4);
+  st_write("w_causal.safetensors", t, 6);
+  CLI(r, "run", RUN_SPEC " causal", "--tensors", "w_causal.safetensors", "--out", "out_causal.safetensors");
+  EXPECT_EXIT0(r, "run causal");
+  cli_free(&r);
+  o = st_read("out_causal.safetensors", "out", &rank, shape);
+  assert_int_equal(rank, 3);
+  assert_int_equal(shape[1], 3);
+  for (i = 0; i < 3; i++)
+    for (j = 0; j < 4; j++) {
+      double want = 0;
+      for (k = 0; k <= i; k++) want += X134[k * 4 + j];
+      want = want / (i + 1) + BO[j];
+      if (!(o[i * 4 + j] > want - 1e-5 && o[i * 4 + j] < want + 1e-5))
+        fail_msg("causal mean: out[0][%d][%d] = %g, want %g", i, j, (double)o[i * 4 + j], want);
+    }
+  free(o);
+}
+
+
+/* Read `out` of shape (1, rows, 4) and compare with want (rows x 4). */
+static void expect_out(const char *outfile, int rows, const double *want, const char *what)
+{
+  int rank = 0, i, j;
+  int64_t shape[8];
+  float *o = st_read(outfile, "out", &rank, shape);
+  assert_int_equal(rank, 3);
+  assert_int_equal(shape[0], 1);
+  assert_int_equal(shape[1], rows);
+  assert_int_equal(shape[2], 4);
+  for (i = 0; i < rows; i++)
+    for (j = 0; j < 4; j++)
+      if (!(fabs((double)o[i * 4 + j] - want[i * 4 + j]) <= 1e-5 + 1e-5 * fabs(want[i * 4 + j])))
+        fail_msg("%s: out[0][%d][%d] = %g, want %g", what, i, j, (double)o[i * 4 + j], want[i * 4 + j]);
+  free(o);
+}
+
+/* Tensors the spec does not use are ignored. */
+static void test_cli_run_ignores_unused(void **state)
+{
+  static const float TWO[2] = { 9, 9 };
+  st_tensor t[10];
+  char names[8][96];
+  cli_result r;
+  int n = run_weights(t, names, "af", NULL, NULL);
+  (void)state;
+  t[n++] = tens("x", X134, 3, 1, 3, 4);
+  t[n++] = tens("linear_g.weight", ZERO44, 2, 4, 4, 0);   /* the spec is not gated */
+  t[n++] = tens("encoder.norm.weight", TWO, 1, 2, 0, 0);  /* not an attention tensor */
+  t[n++] = tens("kv", X134, 3, 1, 3, 4);                  /* self-attention has no kv */
+  st_write("w_unused.safetensors", t, n);
+  CLI(r, "run", RUN_SPEC, "--tensors", "w_unused.safetensors", "--out", "out_unused.safetensors");
+  EXPECT_EXIT0(r, "run with unused tensors");
+  cli_free(&r);
+  expect_rows_bias("out_unused.safetensors", 1, 3);
+}
+
+/* A key mask as U8, BOOL and F32: q = k = 0, Wv = Wo = I, key 2 masked, so
+ * every row is the mean of x rows 0 and 1, plus bo. */
+static void test_cli_run_mask(void **state)
+{
+  static const unsigned char M[3] = { 1, 1, 0 };
+  static const float MF[3] = { 1, 1, 0 };
+  double want[12];
+  int kind, i, j;
+  (void)state;
+  for (i = 0; i < 3; i++)
+    for (j = 0; j < 4; j++) want[i * 4 + j] = (X134[j] + X134[4 + j]) / 2 + BO[j];
+  for (kind = 0; kind < 3; kind++) {
+    st_tensor t[7];
+    cli_result r;
+    t[0] = tens("linear_q.weight", ZERO44, 2, 4, 4, 0);
+    t[1] = tens("linear_k.weight", ZERO44, 2, 4, 4, 0);
+    t[2] = tens("linear_v.weight", EYE4, 2, 4, 4, 0);
+    t[3] = tens("linear_o.weight", EYE4, 2, 4, 4, 0);
+    t[4] = tens("linear_o.bias", BO, 1, 4, 0, 0);
+    t[5] = tens("x", X134, 3, 1, 3, 4);
+    t[6] = tens("mask", kind == 2 ? MF : NULL, 2, 1, 3, 0);
+    if (kind < 2) { t[6].u8 = M; t[6].bool_ = kind == 1; }
+    st_write("w_mask.safetensors", t, 7);
+    CLI(r, "run", RUN_SPEC " mask=key", "--tensors", "w_mask.safetensors", "--out", "out_mask.safetensors");
+    EXPECT_EXIT0(r, kind == 0 ? "U8 mask" : kind == 1 ? "BOOL mask" : "F32 mask");
+    cli_free(&r);
+    expect_out("out_mask.safetensors", 3, want, kind == 0 ? "U8 mask" : kind == 1 ? "BOOL mask" : "F32 mask");
+  }
+}
+
+/* GQA with torch's stacked in_proj_weight/in_proj_bias: (H*c + 2*G*c, c_in). */
+static void test_cli_run_gqa_torch(void **state)
+{
+  static const float Z16x8[128] = { 0 }, Z16[16] = { 0 }, Z8x8[64] = { 0 };
+  static const float B8[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+  float x[24];
+  st_tensor t[5];
+  cli_result r;
+  int rank, i, j;
+  int64_t shape[8];
+  float *o;
+  (void)state;
+  for (i = 0; i < 24; i++) x[i] = (float)(i % 5) - 2.0f;
+  t[0] = tens("in_proj_weight", Z16x8, 2, 16, 8, 0);
+  t[1] = tens("in_proj_bias", Z16, 1, 16, 0, 0);
+  t[2] = tens("out_proj.weight", Z8x8, 2, 8, 8, 0);
+  t[3] = tens("out_proj.bias", B8, 1, 8, 0, 0);
+  t[4] = tens("x", x, 3, 1, 3, 8);
+  st_write("w_gqa.safetensors", t, 5);
+  CLI(r, "run", "gqa x=1,3,8 heads=2 kv_heads=1", "--tensors", "w_gqa.safetensors", "--out", "out_gqa.safetensors");
+  EXPECT_EXIT0(r, "run gqa with in_proj_weight");
+  cli_free(&r);
+  o = st_read("out_gqa.safetensors", "out", &rank, shape);
+  assert_int_equal(rank, 3);
+  assert_int_equal(shape[1], 3);
+  assert_int_equal(shape[2], 8);
+  for (i = 0; i < 3; i++)
+    for (j = 0; j < 8; j++)
+      if (o[i * 8 + j] != B8[j]) fail_msg("gqa: out[0][%d][%d] = %g, want %g", i, j, (double)o[i * 8 + j], (double)B8[j]);
+  free(o);
+}
+
+/* Cross-attention: x (1,3,4), kv (1,5,6); q = k = 0 so every query averages
+ * all 5 keys; Wv = [I 0] keeps kv's first 4 columns; Wo = I. */
+static void test_cli_run_cross(void **state)
+{
+  static const float Z46[24] = { 0 };
+  float kv[30], wv[24];
+  double want[12];
+  st_tensor t[7];
+  cli_result r;
+  int i, j;
+  (void)state;
+  for (i = 0; i < 30; i++) kv[i] = (float)((i * 7) % 11) - 5.0f;
+  memset(wv, 0, sizeof wv);
+  for (i = 0; i < 4; i++) wv[i * 6 + i] = 1;
+  for (i = 0; i < 3; i++)
+    for (j = 0; j < 4; j++) {
+      double m = 0;
+      int k;
+      for (k = 0; k < 5; k++) m += kv[k * 6 + j];
+      want[i * 4 + j] = m / 5 + BO[j];
+    }
+  t[0] = tens("q_proj.weight", ZERO44, 2, 4, 4, 0);
+  t[1] = tens("k_proj.weight", Z46, 2, 4, 6, 0);
+  t[2] = tens("v_proj.weight", wv, 2, 4, 6, 0);
+  t[3] = tens("o_proj.weight", EYE4, 2, 4, 4, 0);
+  t[4] = tens("o_proj.bias", BO, 1, 4, 0, 0);
+  t[5] = tens("x", X134, 3, 1, 3, 4);
+  t[6] = tens("kv", kv, 3, 1, 5, 6);
+  st_write("w_cross.safetensors", t, 7);
+  CLI(r, "run", "mha x=1,3,4 kv=1,5,6 heads=1 qkv_bias=false", "--tensors", "w_cross.safetensors", "--out", "out_cross.safetensors");
+  EXPECT_EXIT0(r, "run cross-attention");
+  cli_free(&r);
+  expect_out("out_cross.safetensors", 3, want, "cross-attention");
+}
+
+static void test_cli_run_missing_weight(void **state)
+{
+  static const char *const omit[] = { "linear_o.bias", "linear_k.weight" };
+  size_t i;
+  (void)state;
+  for (i = 0; i < 2; i++) {
+    st_tensor t[8];
+    char names[8][96];
+    cli_result r;
+    int n = run_weights(t, names, "af", NULL, omit[i]);
+    t[n] = tens("x", X134, 3, 1, 3, 4);
+    st_write("w_missing.safetensors", t, n + 1);
+    CLI(r, "run", RUN_SPEC, "--tensors", "w_missing.safetensors", "--out", "out_missing.safetensors");
+    EXPECT_FAIL(r, omit[i]);
+    EXPECT_HAS(r, r.err, "error", omit[i]);
+    EXPECT_HAS(r, r.err, "missing", omit[i]);
+    EXPECT_HAS(r, r.err, omit[i], "the missing tensor is named");
+    cli_free(&r);
+  }
+}
+
+static void test_cli_run_missing_input(void **state)
+{
+  st_tensor t[8];
+  char names[8][96];
+  cli_result r;
+  int n = run_weights(t, names, "af", NULL, NULL);
+  (void)state;
+  st_write("w_nox.safetensors", t, n);
+  CLI(r, "run", RUN_SPEC, "--tensors", "w_nox.safetensors", "--out", "out_nox.safetensors");
+  EXPECT_FAIL(r, "run without x");
+  EXPECT_HAS(r, r.err, "'x'", "run without x names x");
+  cli_free(&r);
+}
+
+static void test_cli_run_wrong_shape(void **state)
+{
+  static const float X135[15] = { 0 };
+  st_tensor t[8];
+  char names[8][96];
+  cli_result r;
+  int n = run_weights(t, names, "af", NULL, NULL);
+  (void)state;
+  t[n] = tens("x", X135, 3, 1, 3, 5);
+  st_write("w_shape.safetensors", t, n + 1);
+  CLI(r, "run", RUN_SPEC, "--tensors", "w_shape.safetensors", "--out", "out_shape.safetensors");
+  EXPECT_FAIL(r, "wrong x shape");
+  EXPECT_HAS(r, r.err, "error", "wrong x shape");
+  EXPECT_HAS(r, r.err, "'x'", "wrong x shape names the tensor");
+  EXPECT_HAS(r, r.err, "axis 2", "wrong x shape names the axis");
+  assert_false(file_exists("out_shape.safetensors"));
+  cli_free(&r);
+}
+
+static void test_cli_run_needs_out_and_tensors(void **state)
+{
+  st_tensor t[8];
+  char names[8][96];
+  cli_result r;
+  int n = run_weights(t, names, "af", NULL, NULL);
+  (void)state;
+  t[n] = tens("x", X134, 3, 1, 3, 4);
+  st_write("w_noout.safetensors", t, n + 1);
+  CLI(r, "run", RUN_SPEC, "--tensors", "w_noout.safetensors");
+  EXPECT_FAIL(r, "run without --out");
+  EXPECT_HAS(r, r.err, "attnc: error:", "run without --out");
+  EXPECT_HAS(r, r.err, "--out", "run without --out says what is missing");
+  cli_free(&r);
+  CLI(r, "run", RUN_SPEC, "--out", "never.safetensors");
+  EXPECT_FAIL(r, "run without --tensors");
+  EXPECT_HAS(r, r.err, "attnc: error:", "run without --tensors");
+  EXPECT_HAS(r, r.err, "--tensors", "run without --tensors says what is missing");
+  cli_free(&r);
+  CLI(r, "run", RUN_SPEC, "--tensors", "no_such.safetensors", "--out", "never.safetensors");
+  EXPECT_FAIL(r, "run with a missing file");
+  EXPECT_HAS(r, r.err, "attnc: error:", "run with a missing file");
+  EXPECT_HAS(r, r.err, "no_such.safetensors", "run with a missing file names it");
+  cli_free(&r);
+  assert_false(file_exists("never.safetensors"));
+}
+
+/* ------------------------------------------------------------------ */
+/* bench                                                               */
+
+/* The value after "key": in a one-line JSON object (NULL if absent). */
+static const char *json_value(const char *obj, const char *key)
+{
+  return json_key(obj, obj + strlen(obj), key);
+}
+
+static void bench_json(const char *backend)
+{
+  const char *spec = "mha x=B,S,64 heads=4 causal";
+  char *canon = canonical_of(spec), want[32], *nl;
+  const char *p;
+  cli_result r;
+  static const char *const keys[] = { "median_ms", "gflops", "compile_ms", "threads" };
+  size_t i;
+  CLI(r, "bench", spec, "--json", "--runs", "3", "--dim", "B=1", "--dim", "S=16", "--backend", backend);
+  EXPECT_EXIT0(r, "bench --json");
+  /* exactly one object on one line */
+  p = ws(r.out);
+  if (*p != '{') { dump("bench --json", &r); fail_msg("bench --json must print a JSON object"); }
+  nl = strchr(p, '\n');
+  if (!nl || *ws(nl) != '\0' || nl[-1] != '}') { dump("bench --json", &r); fail_msg("bench --json must print exactly one object"); }
+  for (i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    const char *v = json_value(p, keys[i]);
+    char *e;
+    double d;
+    if (!v) { dump("bench --json", &r); fail_msg("bench --json lacks \"%s\"", keys[i]); }
+    d = strtod(v, &e);
+    if (e == v || !(d >= 0)) { dump("bench --json", &r); fail_msg("bench --json: \"%s\" is not a number >= 0", keys[i]); }
+  }
+  assert_true(strtod(json_value(p, "median_ms"), NULL) > 0);
+  assert_true(strtod(json_value(p, "gflops"), NULL) > 0);
+  assert_true(strtod(json_value(p, "threads"), NULL) >= 1);
+  snprintf(want, sizeof want, "\"%s\"", backend);
+  p = json_value(r.out, "backend");
+  if (!p || strncmp(p, want, strlen(want)) != 0) { dump("bench --json", &r); fail_msg("bench --json: backend must be %s", want); }
+  p = json_value(r.out, "canonical");
+  if (!p || *p != '"' || strncmp(p + 1, canon, strlen(canon)) != 0 || p[1 + strlen(canon)] != '"') {
+    dump("bench --json", &r);
+    fail_msg("bench --json: canonical must be \"%s\"", canon);
+  }
+  assert_string_equal(r.err, "");
+  cli_free(&r);
+  free(canon);
+}
+
+static void test_cli_bench_json(void **state) { (void)state; bench_json("tcc"); }
+static void test_cli_bench_json_cc(void **state) { (void)state; bench_json("cc"); }
+
+static void test_cli_bench_text(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "bench", "mha x=B,S,32 heads=2", "--runs", "2", "--dim", "B=1", "--dim", "S=8");
+  EXPECT_EXIT0(r, "bench");
+  EXPECT_HAS(r, r.out, "median", "bench text");
+  EXPECT_HAS(r, r.out, "x=B,S,32", "bench text prints the canonical spec");
+  cli_free(&r);
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_cli_help_every_command),
+    cmocka_unit_test(test_cli_help_top_level),
+    cmocka_unit_test(test_cli_unknown_command),
+    cmocka_unit_test(test_cli_unknown_option),
+    cmocka_unit_test(test_cli_no_arguments),
+    cmocka_unit_test(test_cli_version),
+    cmocka_unit_test(test_cli_bad_numbers),
+    cmocka_unit_test(test_cli_spec_error_position),
+    cmocka_unit_test(test_cli_spec_errors_have_position),
+    cmocka_unit_test(test_cli_spec_file_error_uses_path),
+    cmocka_unit_test(test_cli_spec_file_missing),
+    cmocka_unit_test(test_cli_spec_file_equals_string),
+    cmocka_unit_test(test_cli_spec_file_is_directory),
+    cmocka_unit_test(test_cli_show),
+    cmocka_unit_test(test_cli_show_header),
+    cmocka_unit_test(test_cli_explain),
+    cmocka_unit_test(test_cli_explain_dims),
+    cmocka_unit_test(test_cli_explain_bad_dim),
+    cmocka_unit_test(test_cli_check_tcc),
+    cmocka_unit_test(test_cli_check_cc),
+    cmocka_unit_test(test_cli_check_dims),
+    cmocka_unit_test(test_cli_check_f64),
+    cmocka_unit_test(test_cli_check_bad_backend),
+    cmocka_unit_test(test_cli_gen),
+    cmocka_unit_test(test_cli_gen_derived_name),
+    cmocka_unit_test(test_cli_gen_needs_dir),
+    cmocka_unit_test(test_cli_run_alphafold_names),
+    cmocka_unit_test(test_cli_run_hf_names),
+    cmocka_unit_test(test_cli_run_torch_names),
+    cmocka_unit_test(test_cli_run_prefix),
+    cmocka_unit_test(test_cli_run_prefix_torch),
+    cmocka_unit_test(test_cli_run_named_dims),
+    cmocka_unit_test(test_cli_run_causal_mean),
+    cmocka_unit_test(test_cli_run_ignores_unused),
+    cmocka_unit_test(test_cli_run_mask),
+    cmocka_unit_test(test_cli_run_gqa_torch),
+    cmocka_unit_test(test_cli_run_cross),
+    cmocka_unit_test(test_cli_run_missing_weight),
+    cmocka_unit_test(test_cli_run_missing_input),
+    cmocka_unit_test(test_cli_run_wrong_shape),
+    cmocka_unit_test(test_cli_run_needs_out_and_tensors),
+    cmocka_unit_test(test_cli_bench_json),
+    cmocka_unit_test(test_cli_bench_json_cc),
+    cmocka_unit_test(test_cli_bench_text),
+  };
+  return cmocka_run_group_tests_name("cli", tests, setup, teardown);
+}
