@@ -29,7 +29,7 @@ LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 TESTS    := test_spec test_safetensors test_reference test_runtime test_kernels test_golden test_specs test_cli
 SPECS    := $(sort $(wildcard specs/*.attn))
 
-.PHONY: all deps demo test aot bench install clean check-deps
+.PHONY: all deps demo test aot bench install clean example
 all: deps $(B)/libattnc.a $(B)/attnc
 
 # ---- set-up: install the Debian packages we build against ----
@@ -86,7 +86,7 @@ $(B)/tests/%: tests/%.c tests/checker.c tests/checker.h tests/reference.c tests/
 	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS) -lcmocka
 
 test: all $(TESTS:%=$(B)/tests/%)
-	@export ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache; fail=0; \
+	@export ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic"; fail=0; \
 	for t in $(TESTS); do \
 	  echo "== $$t"; \
 	  ATTNC=$(CURDIR)/$(B)/attnc $(B)/tests/$$t || fail=1; \
@@ -107,13 +107,13 @@ demo: all
 
 # ---- AOT: every spec file -> C -> one static library ----
 AOT_DIR := $(B)/aot
-aot: $(AOT_DIR)/libattnc_kernels.a
+aot: $(AOT_DIR)/libattnc_kernels.a example
 $(AOT_DIR)/libattnc_kernels.a: $(B)/attnc $(SPECS)
 	@mkdir -p $(AOT_DIR)/src $(AOT_DIR)/obj
 	$(Q)set -e; objs=""; for s in $(SPECS); do \
 	  n=$$($(B)/attnc gen @$$s -o $(AOT_DIR)/src --print-name); \
 	  echo "  AOT     $$s -> $(AOT_DIR)/src/$$n.c"; \
-	  $(CC) -std=c99 -O2 -Wall -Wextra -Werror -fPIC -c -o $(AOT_DIR)/obj/$$n.o $(AOT_DIR)/src/$$n.c; \
+	  $(CC) -std=c99 -O2 -Wall -Wextra -Werror -pedantic -fPIC -c -o $(AOT_DIR)/obj/$$n.o $(AOT_DIR)/src/$$n.c; \
 	  objs="$$objs $(AOT_DIR)/obj/$$n.o"; \
 	done; rm -f $@; ar rcs $@ $$objs
 	@echo "  AR      $@"
@@ -126,3 +126,7 @@ install: all
 
 clean:
 	rm -rf $(B)
+
+# ---- the AOT example: one generated kernel, no Lua or tcc in the binary ----
+example: $(B)/attnc
+	@sh examples/aot/check.sh $(B)/attnc $(B)/example

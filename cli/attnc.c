@@ -96,6 +96,13 @@ static char *read_file(const char *path)
   if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
   fclose(f);
   if (buf) buf[n] = '\0';
+  if (buf && strlen(buf) != (size_t)n) {
+    /* a NUL would silently cut the spec short */
+    fprintf(stderr, "attnc: error: %s: the spec file contains a NUL byte at offset %zu\n", path, strlen(buf));
+    free(buf);
+    errno = EINVAL;
+    return NULL;
+  }
   return buf;
 }
 

@@ -74,6 +74,7 @@ function M.emit(p)
   env.dim_names_c = #names > 0 and concat(names, ", ") or "0"
   env.dim_list = #names > 0 and concat((function() local t = {} for i, d in ipairs(p.dims) do t[i] = d.name end return t end)(), ", ") or "none"
   env.summary = summary(p)
+  env.mul = function(a, b) if b == 1 then return a end return a .. " * " .. tostring(b) end
   env.global, env.gated, env.global_masked = p.global or false, p.gated or false, p.global_masked or false
   env.self = p.self
   env.bias_h, env.bias_i, env.bias_j = p.bias_h or false, p.bias_i or false, p.bias_j or false
@@ -96,6 +97,7 @@ function M.emit(p)
     canonical = p.canonical, version = p.version, dims = p.dims, dim_list = env.dim_list,
     tensors = tensors, out_shape = shape_text(p.sig.out), has_mask = p.has_mask,
     mask_batch = "(" .. concat(hb, ", ") .. ")", abi = templates["abi.h"],
+    H = p.H, G = p.G, C = p.C, core = p.core, C_IN = p.C_IN, C_KV = p.C_KV,
   }
   local header = render("header.h.tmpl", henv)
   return source, header

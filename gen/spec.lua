@@ -22,6 +22,7 @@ M.MAX_HEAD_DIM = 4096
 M.MAX_WIDTH = 1 << 20
 M.MAX_NAME = 48         -- identifiers: [A-Za-z_][A-Za-z0-9_]*, at most this long
 M.MAX_SPEC = 64 * 1024  -- bytes
+M.MAX_ELEMS = 2.0 ^ 40  -- elements in one tensor, counting its constant dims
 
 local PRESETS = { alphafold = true, mha = true, mqa = true, gqa = true }
 
@@ -77,7 +78,8 @@ local function distance(a, b)
 end
 
 local function suggest(word, candidates)
-  local best, bestd = nil, 3
+  -- at most 2 edits, and fewer than half the word: no 'x' for every short typo
+  local best, bestd = nil, (#word >= 3) and 3 or 2
   for _, c in ipairs(candidates) do
     local d = distance(word, c)
     if d < bestd then best, bestd = c, d end
@@ -144,6 +146,8 @@ local function parse_float(s, pos, what)
   if v == nil or v ~= v or v == huge or v == -huge then
     fail(pos, "%s %s is not a finite number", what, show(s))
   end
+  v = v + 0.0            -- always a float, so equal values print equally
+  if v == 0 then v = 0.0 end -- and -0.0 is 0.0
   return v
 end
 
@@ -169,6 +173,11 @@ local function parse_shape(s, pos, key)
     col = col + #piece + 1
   end
   if #dims > M.MAX_RANK + 2 then fail(pos, "%s has %d dims; at most %d are supported", key, #dims, M.MAX_RANK + 2) end
+  local elems = 1.0
+  for _, d in ipairs(dims) do if type(d) == "number" then elems = elems * d end end
+  if elems > M.MAX_ELEMS then
+    fail(pos, "%s=%s has %.3g elements, more than the limit 2^40", key, show(s), elems)
+  end
   return dims
 end
 
@@ -193,6 +202,9 @@ local function parse_value(key, s, pos)
       fail(pos, "%s must be a C identifier ([A-Za-z_][A-Za-z0-9_]*, at most %d characters), got %s", key, M.MAX_NAME, show(s))
     end
     if C_KEYWORDS[s] then fail(pos, "%s %s is a C keyword; choose another name", key, show(s)) end
+    if s:lower():sub(1, 5) == "attnc" and not smatch(s, "^attnc_%x%x%x%x%x%x%x%x$") then
+      fail(pos, "%s %s: names starting with 'attnc' are reserved for the library (and its derived names attnc_XXXXXXXX); choose another prefix", key, show(s))
+    end
     return s
   elseif kind == "pair" then
     if s == "none" then return false end
@@ -227,7 +239,9 @@ local function read(text)
       elseif FLAGS[w.text] then
         k, v = w.text, FLAGS[w.text]
       else
-        local hint = suggest(w.text, KEY_ORDER) or suggest(w.text, { "alphafold", "mha", "mqa", "gqa" })
+        local all = { "alphafold", "mha", "mqa", "gqa" }
+        for _, key in ipairs(KEY_ORDER) do insert(all, key) end
+        local hint = suggest(w.text, all)
         if KEYS[w.text] then
           fail(pos, "'%s' needs a value: %s=...", w.text, w.text)
         end
@@ -235,12 +249,13 @@ local function read(text)
              hint and (" (did you mean '" .. hint .. "'?)") or " (expected key=value, a flag or a preset)")
       end
     end
+    if k == "" then fail(pos, "a word cannot start with '=': write key=value") end
     if not KEYS[k] then
       local hint = suggest(k, KEY_ORDER)
       fail(pos, "unknown key %s%s", show(k), hint and (" (did you mean '" .. hint .. "'?)") or "")
     end
     if raw[k] then
-      fail(pos, "duplicate key '%s' (first given at %d:%d)", k, raw[k].pos.line, raw[k].pos.col)
+      fail(pos, "duplicate key '%s' (first given at %d:%d)", k, raw[k].keypos.line, raw[k].keypos.col)
     end
     local vpos = { line = pos.line, col = pos.col + #k + 1 }
     if k == "preset" and not smatch(w.text, "=") then vpos = pos end
@@ -359,7 +374,7 @@ function M.parse(text)
       end
       G = 1
     elseif s.preset == "gqa" and not raw.kv_heads then
-      fail(whole, "gqa needs kv_heads, e.g. kv_heads=8 (it must divide heads=%d)", H)
+      fail(raw.preset.keypos, "gqa needs kv_heads, e.g. kv_heads=8 (it must divide heads=%d)", H)
     else
       G = get("kv_heads", H)
     end
@@ -378,7 +393,13 @@ function M.parse(text)
       end
       c = cin // H
     end
-    if c < 1 or c > M.MAX_HEAD_DIM then fail(pos("head_dim"), "head_dim must be between 1 and %d, got %d", M.MAX_HEAD_DIM, c) end
+    if c < 1 or c > M.MAX_HEAD_DIM then
+      if raw.head_dim then
+        fail(raw.head_dim.pos, "head_dim must be between 1 and %d, got %d", M.MAX_HEAD_DIM, c)
+      end
+      fail(raw.heads.pos, "head_dim = width %d / heads %d = %d is more than the limit %d; use more heads or give head_dim",
+           cin, H, c, M.MAX_HEAD_DIM)
+    end
 
     local qkv_default = true
     if s.preset == "alphafold" then qkv_default = false end
@@ -433,6 +454,10 @@ function M.parse(text)
   if s.window then
     if s.mode == "full" and s.global then fail(raw.window.keypos, "window does not apply to global attention") end
   end
+  -- With Sq and Sk the same dim the two causal conventions coincide: keep
+  -- one spelling so both hit the same kernel.
+  if s.causal == "bottom_right" and same_dim(s.Sq, s.Sk) then s.causal = "top_left" end
+
   if raw.scale then
     s.scale = raw.scale.value
     s.scale_given = true

@@ -195,21 +195,49 @@ static void *load_checked(const char *path, const attnc_gen *g, attnc_kernel_fn 
   return h;
 }
 
+/* ATTNC_CC_FLAGS: extra compiler flags, split on blanks (part of the cache key). */
+static const char *extra_flags(void)
+{
+  const char *f = getenv("ATTNC_CC_FLAGS");
+  return f ? f : "";
+}
+
 static int run_compiler(const char *dir, const char *name, char *log, size_t nlog)
 {
-  char src[4200], so[4200], logpath[4200];
+  char src[4200], so[4200], logpath[4200], extra[1024];
+  char *argv[64];
+  int argc = 0, status, fd;
   pid_t pid;
-  int status, fd;
   snprintf(src, sizeof src, "%s/%s.c", dir, name);
   snprintf(so, sizeof so, "%s/%s.so", dir, name);
   snprintf(logpath, sizeof logpath, "%s/cc.log", dir);
+  snprintf(extra, sizeof extra, "%s", extra_flags());
+  argv[argc++] = (char *)compiler();
+  argv[argc++] = "-std=c99";
+  argv[argc++] = "-O3";
+  argv[argc++] = "-march=native";
+  argv[argc++] = "-fPIC";
+  argv[argc++] = "-shared";
+  {
+    char *save = NULL, *tok = strtok_r(extra, " \t", &save);
+    while (tok && argc < 50) {
+      argv[argc++] = tok;
+      tok = strtok_r(NULL, " \t", &save);
+    }
+  }
+  argv[argc++] = "-I";
+  argv[argc++] = (char *)dir;
+  argv[argc++] = "-o";
+  argv[argc++] = so;
+  argv[argc++] = src;
+  argv[argc++] = "-lm";
+  argv[argc] = NULL;
   pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
     fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); close(fd); }
-    execlp(compiler(), compiler(), "-std=c99", "-O3", "-march=native", "-fPIC", "-shared",
-           "-I", dir, "-o", so, src, "-lm", (char *)NULL);
+    execvp(argv[0], argv);
     _exit(127);
   }
   while (waitpid(pid, &status, 0) < 0)
@@ -252,6 +280,7 @@ attnc_status attnc_jit_cc(const attnc_gen *g, void **handle, attnc_kernel_fn *fn
   key = fnv64(key, g->source);
   key = fnv64(key, compiler());
   key = fnv64(key, CC_FLAGS);
+  key = fnv64(key, extra_flags());
   key = cpu_key(key);
   snprintf(final, sizeof final, "%s/%s-%016llx.so", dir, g->name, (unsigned long long)key);
   h = load_checked(final, g, fn);
