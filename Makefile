@@ -86,12 +86,8 @@ $(B)/tests/%: tests/%.c tests/checker.c tests/checker.h tests/reference.c tests/
 	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS) -lcmocka
 
 test: all $(TESTS:%=$(B)/tests/%)
-	@export ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic"; fail=0; \
-	for t in $(TESTS); do \
-	  echo "== $$t"; \
-	  ATTNC=$(CURDIR)/$(B)/attnc $(B)/tests/$$t || fail=1; \
-	done; \
-	if [ $$fail = 0 ]; then echo "attnc: all test programs passed"; else echo "attnc: some tests FAILED"; exit 1; fi
+	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
+	  ATTNC=$(CURDIR)/$(B)/attnc sh tests/run_all.sh $(B) $(TESTS)
 
 # ---- demo: JIT an example spec, check it against the reference, show the code ----
 DEMO_SPEC := specs/gpt_decoder.attn
