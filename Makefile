@@ -86,6 +86,8 @@ $(B)/tests/%: tests/%.c tests/checker.c tests/checker.h tests/reference.c tests/
 	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS) -lcmocka
 
 test: all $(TESTS:%=$(B)/tests/%)
+	@echo "== AOT example (examples/aot/check.sh)"
+	@sh examples/aot/check.sh $(B)/attnc $(B)/example
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(B)/attnc sh tests/run_all.sh $(B) $(TESTS)
 
