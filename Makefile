@@ -24,9 +24,10 @@ endif
 
 GEN_SRC  := $(sort $(wildcard gen/*.lua))
 TMPL_SRC := $(sort $(wildcard templates/*))
-LIB_SRC  := runtime/error.c runtime/host.c runtime/jit.c runtime/kernel.c runtime/safetensors.c runtime/explain.c
+LIB_SRC  := runtime/error.c runtime/host.c runtime/jit.c runtime/kernel.c runtime/safetensors.c runtime/explain.c \
+            runtime/pool.c runtime/prims.c runtime/prims_avx512.c
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
-TESTS    := test_spec test_safetensors test_reference test_runtime test_kernels test_golden test_specs test_cli
+TESTS    := test_spec test_safetensors test_reference test_prims test_runtime test_kernels test_golden test_specs test_cli
 SPECS    := $(sort $(wildcard specs/*.attn))
 
 .PHONY: all deps demo test aot bench install clean example
@@ -61,6 +62,10 @@ $(B)/obj/%.o: runtime/%.c runtime/attnc.h runtime/internal.h templates/abi.h | $
 	@mkdir -p $(B)/obj
 	@echo "  CC      $@"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+# only reached after a run-time check that the CPU has AVX-512 (prims.c)
+$(B)/obj/prims_avx512.o: CFLAGS += -O3 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma
+$(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/kernel.o: runtime/prims.h
 
 $(B)/obj/embedded.o: $(B)/embedded.c
 	@mkdir -p $(B)/obj
@@ -100,8 +105,8 @@ demo: all
 	@echo "== attnc check @$(DEMO_SPEC) --dim B=2 --dim S=33   (JIT with libtcc, compared with the float64 reference)"
 	@$(B)/attnc check @$(DEMO_SPEC) --dim B=2 --dim S=33
 	@echo
-	@echo "== attnc show @$(DEMO_SPEC)   (the attention loop of the generated C)"
-	@$(B)/attnc show @$(DEMO_SPEC) | sed -n '/2. Split heads/,/7. Weighted sum/p'
+	@echo "== attnc show @$(DEMO_SPEC)   (the attention of one tile, from the generated C)"
+	@$(B)/attnc show @$(DEMO_SPEC) | sed -n '/^static void attend_tile/,/^}/p'
 
 # ---- AOT: every spec file -> C -> one static library ----
 AOT_DIR := $(B)/aot

@@ -74,7 +74,24 @@ function M.emit(p)
   env.dim_names_c = #names > 0 and concat(names, ", ") or "0"
   env.dim_list = #names > 0 and concat((function() local t = {} for i, d in ipairs(p.dims) do t[i] = d.name end return t end)(), ", ") or "none"
   env.summary = summary(p)
-  env.mul = function(a, b) if b == 1 then return a end return a .. " * " .. tostring(b) end
+  env.mul = function(a, b)
+    if b == 1 then return tostring(a) end
+    if a == 1 then return tostring(b) end
+    return tostring(a) .. " * " .. tostring(b)
+  end
+  env.fast_ok = p.dtype == "f32"
+  env.QT = p.global and 1 or math.max(1, 64 // p.HPG)
+  env.empty_code = ({ zero = 0, uniform = 1, nan = 2 })[p.empty_rows]
+  -- batch offsets of bias and mask, from the batch index variables
+  local bo, mo = {}, {}
+  for _, ax in ipairs(p.batch) do
+    if ax.size ~= 1 then
+      if ax.bias_stride then insert(bo, env.mul(ax.var, ax.bias_stride)) end
+      insert(mo, ax.var .. " * args->mask_stride[" .. ax.mask_index .. "]")
+    end
+  end
+  env.bias_offset = #bo > 0 and concat(bo, " + ") or "0"
+  env.mask_offset = #mo > 0 and concat(mo, " + ") or "0"
   env.global, env.gated, env.global_masked = p.global or false, p.gated or false, p.global_masked or false
   env.self = p.self
   env.bias_h, env.bias_i, env.bias_j = p.bias_h or false, p.bias_i or false, p.bias_j or false

@@ -65,7 +65,7 @@ typedef enum attnc_backend {
 
 typedef struct attnc_options {
   attnc_backend backend;
-  int threads;              /* 0: ATTNC_THREADS env var, else 1 */
+  int threads;              /* default threads of the kernel's bindings; 0: ATTNC_THREADS, else all CPUs */
   const char *spec_name;    /* position prefix in errors; NULL: "spec" */
 } attnc_options;
 
@@ -115,7 +115,16 @@ attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *
 attnc_status attnc_bind_dim(attnc_bindings *b, const char *name, int64_t value, attnc_error *err);
 /* Check everything is bound and consistent; fill the output's dtype, rank and shape. */
 attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_error *err);
-/* Run: out->data must hold the shape attnc_output_shape gives. */
+/* Threads for attnc_run (0: ATTNC_THREADS, else all CPUs); results do not depend on it. */
+attnc_status attnc_bindings_set_threads(attnc_bindings *b, int threads, attnc_error *err);
+int attnc_bindings_threads(const attnc_bindings *b);
+/* Bytes of scratch the last run used (0 before the first run). */
+long attnc_bindings_scratch_bytes(const attnc_bindings *b);
+/* The vectorised primitives this CPU uses: "avx512" or "generic". */
+const char *attnc_isa(void);
+/* Run: out->data must hold the shape attnc_output_shape gives.  Weights
+ * are packed on the first run after they are bound: rebind a weight after
+ * changing its data.  One bindings object runs on one thread at a time. */
 attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err);
 
 /* ---- names of the kernel's tensors ---- */

@@ -49,18 +49,31 @@ attnc_status attnc_host_generate(const char *spec, const char *spec_name, attnc_
 attnc_status attnc_host_canonical(const char *spec, const char *spec_name, char **canonical, attnc_error *err);
 void attnc_gen_free(attnc_gen *g);
 
-typedef int (*attnc_kernel_fn)(const attnc_args *args);
+/* The entry points of a compiled kernel (see templates/abi.h). */
+typedef struct attnc_kernel_fns {
+  int (*run)(const attnc_args *args);
+  long (*scratch_bytes)(const attnc_args *args, long nthreads);
+  long (*phase_items)(const attnc_args *args, int phase);
+  int (*phase)(const attnc_args *args, int phase, long begin, long end, long thread);
+} attnc_kernel_fns;
 
 /* jit.c: compile generated C to a callable kernel. */
-attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fn *fn, attnc_error *err);
+attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fns *fns, attnc_error *err);
 void attnc_jit_tcc_free(void *state);
-attnc_status attnc_jit_cc(const attnc_gen *g, void **handle, attnc_kernel_fn *fn, attnc_error *err);
+attnc_status attnc_jit_cc(const attnc_gen *g, void **handle, attnc_kernel_fns *fns, attnc_error *err);
 void attnc_jit_cc_free(void *handle);
 
 /* kernel.c */
 const attnc_gen *attnc_kernel_gen(const attnc_kernel *k);
 /* The resolved named dims of bindings (after attnc_output_shape). */
 const int64_t *attnc_bindings_dims(const attnc_bindings *b);
+
+/* pool.c: run fn(ctx, item, thread) for item in [0, items) on up to
+ * nthreads threads (thread 0 is the caller); returns when all are done. */
+typedef void (*attnc_pool_fn)(void *ctx, long item, int thread);
+void attnc_pool_run(int nthreads, long items, attnc_pool_fn fn, void *ctx);
+/* ATTNC_THREADS, else the number of online CPUs. */
+int attnc_pool_default_threads(void);
 
 /* Slot names for messages ("x", "wq", ...). */
 const char *attnc_slot_name(int slot);

@@ -52,13 +52,29 @@ static char *concat3(const char *a, const char *b, const char *c)
   return s;
 }
 
-attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fn *fn, attnc_error *err)
+/* Look up the kernel's four entry points with get(handle, symbol). */
+static int find_fns(const attnc_gen *g, void *(*get)(void *, const char *), void *h, attnc_kernel_fns *fns)
+{
+  char sym[160];
+  snprintf(sym, sizeof sym, "%s_run", g->name);
+  *(void **)&fns->run = get(h, sym);
+  snprintf(sym, sizeof sym, "%s_scratch_bytes", g->name);
+  *(void **)&fns->scratch_bytes = get(h, sym);
+  snprintf(sym, sizeof sym, "%s_phase_items", g->name);
+  *(void **)&fns->phase_items = get(h, sym);
+  snprintf(sym, sizeof sym, "%s_phase", g->name);
+  *(void **)&fns->phase = get(h, sym);
+  return fns->run && fns->scratch_bytes && fns->phase_items && fns->phase;
+}
+
+static void *tcc_get(void *h, const char *name) { return tcc_get_symbol((TCCState *)h, name); }
+static void *dl_get(void *h, const char *name) { return dlsym(h, name); }
+
+attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fns *fns, attnc_error *err)
 {
   struct tcc_errors errors = { { 0 }, 0 };
-  char sym[128];
   TCCState *s;
   char *text = concat3("#define ATTNC_JIT 1\n", g->header, g->source);
-  void *p;
   if (!text) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
   pthread_mutex_lock(&tcc_lock);
   s = tcc_new();
@@ -79,15 +95,12 @@ attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fn *fn
   tcc_add_symbol(s, "memcpy", (const void *)memcpy);
   tcc_add_symbol(s, "memmove", (const void *)memmove);
   if (tcc_relocate(s, TCC_RELOCATE_AUTO) < 0) goto fail;
-  snprintf(sym, sizeof sym, "%s_run", g->name);
-  p = tcc_get_symbol(s, sym);
-  if (!p) {
-    tcc_on_error(&errors, "kernel symbol not found");
+  if (!find_fns(g, tcc_get, s, fns)) {
+    tcc_on_error(&errors, "kernel symbols not found");
     goto fail;
   }
   pthread_mutex_unlock(&tcc_lock);
   free(text);
-  *fn = (attnc_kernel_fn)p;
   *state = s;
   return ATTNC_OK;
 fail:
@@ -178,7 +191,7 @@ static int write_file(const char *path, const char *text)
 }
 
 /* Load a cached shared object and check it is the kernel we asked for. */
-static void *load_checked(const char *path, const attnc_gen *g, attnc_kernel_fn *fn)
+static void *load_checked(const char *path, const attnc_gen *g, attnc_kernel_fns *fns)
 {
   char sym[160];
   const char *spec;
@@ -186,9 +199,7 @@ static void *load_checked(const char *path, const attnc_gen *g, attnc_kernel_fn 
   if (!h) return NULL;
   snprintf(sym, sizeof sym, "%s_spec", g->name);
   spec = dlsym(h, sym);
-  snprintf(sym, sizeof sym, "%s_run", g->name);
-  *(void **)fn = dlsym(h, sym);
-  if (!spec || !*fn || strcmp(spec, g->canonical) != 0) {
+  if (!spec || !find_fns(g, dl_get, h, fns) || strcmp(spec, g->canonical) != 0) {
     dlclose(h);
     return NULL;
   }
@@ -270,7 +281,7 @@ static void remove_dir(const char *dir, const char *name)
   rmdir(dir);
 }
 
-attnc_status attnc_jit_cc(const attnc_gen *g, void **handle, attnc_kernel_fn *fn, attnc_error *err)
+attnc_status attnc_jit_cc(const attnc_gen *g, void **handle, attnc_kernel_fns *fn, attnc_error *err)
 {
   char dir[4000], final[4200], tmp[4200], path[4200], log[2048];
   uint64_t key = 0xcbf29ce484222325ULL;

@@ -8,13 +8,15 @@
 #include <string.h>
 
 #include "internal.h"
+#include "prims.h"
 
 struct attnc_kernel {
   int refs;
   attnc_gen gen;
   attnc_backend backend;
   void *state;            /* TCCState or dlopen handle */
-  attnc_kernel_fn run;
+  attnc_kernel_fns fns;
+  int threads;            /* default for new bindings; 0: ATTNC_THREADS or all CPUs */
   struct attnc_kernel *next;
 };
 
@@ -98,8 +100,9 @@ attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_e
   k->gen = g;
   k->backend = be;
   k->refs = 1;
-  s = (be == ATTNC_BACKEND_CC) ? attnc_jit_cc(&k->gen, &k->state, &k->run, err)
-                               : attnc_jit_tcc(&k->gen, &k->state, &k->run, err);
+  k->threads = opts ? opts->threads : 0;
+  s = (be == ATTNC_BACKEND_CC) ? attnc_jit_cc(&k->gen, &k->state, &k->fns, err)
+                               : attnc_jit_tcc(&k->gen, &k->state, &k->fns, err);
   if (s != ATTNC_OK) {
     attnc_gen_free(&k->gen);
     free(k);
@@ -194,6 +197,11 @@ struct attnc_bindings {
   unsigned char *mask_u8;
   size_t mask_n;
   long mask_stride[ATTNC_ABI_MAX_RANK];
+  float *packed[ATTNC_SLOT_COUNT];       /* weights packed for the primitives */
+  const void *packed_from[ATTNC_SLOT_COUNT];
+  void *scratch;
+  long scratch_bytes;
+  int threads;
 };
 
 /* Every name a tensor goes by: AlphaFold/OpenFold, Hugging Face, torch MHA. */
@@ -240,12 +248,28 @@ attnc_bindings *attnc_bindings_new(attnc_kernel *k)
   k->refs++;
   pthread_mutex_unlock(&cache_lock);
   b->k = k;
+  b->threads = k->threads > 0 ? k->threads : attnc_pool_default_threads();
   return b;
+}
+
+int attnc_bindings_threads(const attnc_bindings *b) { return b ? b->threads : 0; }
+long attnc_bindings_scratch_bytes(const attnc_bindings *b) { return b ? b->scratch_bytes : 0; }
+const char *attnc_isa(void) { return attnc_prims_get()->isa; }
+
+attnc_status attnc_bindings_set_threads(attnc_bindings *b, int threads, attnc_error *err)
+{
+  attnc_err_clear(err);
+  if (!b || threads < 0 || threads > 1024) return attnc_err_set(err, ATTNC_EARG, "threads must be 0 (default) .. 1024");
+  b->threads = threads > 0 ? threads : attnc_pool_default_threads();
+  return ATTNC_OK;
 }
 
 void attnc_bindings_free(attnc_bindings *b)
 {
+  int i;
   if (!b) return;
+  for (i = 0; i < ATTNC_SLOT_COUNT; i++) free(b->packed[i]);
+  free(b->scratch);
   free(b->mask_u8);
   attnc_release(b->k);
   free(b);
@@ -554,13 +578,47 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   return ATTNC_OK;
 }
 
+struct run_ctx {
+  const attnc_kernel_fns *fns;
+  const attnc_args *args;
+  int phase;
+};
+
+static void run_item(void *ctx, long item, int thread)
+{
+  const struct run_ctx *c = ctx;
+  c->fns->phase(c->args, c->phase, item, item + 1, thread);
+}
+
+/* Pack the f32 weights for the primitives once; again only if rebound. */
+static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_error *err)
+{
+  static const int w[] = { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV, ATTNC_SLOT_WG, ATTNC_SLOT_WO };
+  size_t i;
+  for (i = 0; i < sizeof w / sizeof w[0]; i++) {
+    int slot = w[i];
+    const attnc_tensor *t = &b->t[slot];
+    if (!b->k->gen.used[slot]) continue;
+    if (b->packed_from[slot] != t->data || !b->packed[slot]) {
+      long n = attnc_prims_pack_size((long)t->shape[0], (long)t->shape[1]);
+      float *p = realloc(b->packed[slot], sizeof(float) * (size_t)n);
+      if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
+      attnc_prims_pack((const float *)t->data, (long)t->shape[0], (long)t->shape[1], p);
+      b->packed[slot] = p;
+      b->packed_from[slot] = t->data;
+    }
+    args->packed[slot] = b->packed[slot];
+  }
+  return ATTNC_OK;
+}
+
 attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
 {
   attnc_tensor want;
   attnc_args args;
-  long dims[64];
+  long dims[64], bytes;
   attnc_status s;
-  int i, rc;
+  int i, phase;
   if (!out) return attnc_err_set(err, ATTNC_EARG, "attnc_run needs an output tensor");
   s = attnc_output_shape(b, &want, err);
   if (s != ATTNC_OK) return s;
@@ -584,7 +642,27 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
     memcpy(args.mask_stride, b->mask_stride, sizeof args.mask_stride);
   }
   args.out = out->data;
-  rc = b->k->run(&args);
-  if (rc != 0) return attnc_err_set(err, ATTNC_ENOMEM, "the kernel could not allocate its scratch memory");
+  if (b->k->gen.dtype == ATTNC_F32 && !getenv("ATTNC_PLAIN")) {
+    args.prims = attnc_prims_get();
+    if (!b->k->gen.core && (s = pack_weights(b, &args, err)) != ATTNC_OK) return s;
+  }
+  args.nthreads = b->threads;
+  bytes = b->k->fns.scratch_bytes(&args, args.nthreads);
+  if (bytes < 0) return attnc_err_set(err, ATTNC_EBIND, "the kernel's scratch size overflows");
+  if (bytes > b->scratch_bytes) {
+    void *p = realloc(b->scratch, (size_t)bytes);
+    if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory: the kernel needs %ld bytes of scratch", bytes);
+    b->scratch = p;
+    b->scratch_bytes = bytes;
+  }
+  args.scratch = b->scratch;
+  for (phase = 0; phase < 4; phase++) {
+    struct run_ctx ctx;
+    long items = b->k->fns.phase_items(&args, phase);
+    ctx.fns = &b->k->fns;
+    ctx.args = &args;
+    ctx.phase = phase;
+    if (items > 0) attnc_pool_run(b->threads, items, run_item, &ctx);
+  }
   return ATTNC_OK;
 }

@@ -1,6 +1,11 @@
 /* The calling convention shared by every generated kernel and the runtime.
- * A kernel is `int NAME_run(const attnc_args *args)`: 0 on success, 1 when
- * scratch memory could not be allocated. */
+ *
+ * A kernel runs in phases (project, attend, combine, output); each phase
+ * has a number of independent work items, and NAME_phase(args, phase,
+ * begin, end, thread) runs items [begin, end).  The runtime spreads items
+ * over its threads with a barrier between phases; NAME_run(args) runs
+ * everything on the calling thread.  Item counts depend only on shapes, so
+ * results are the same for any thread count. */
 #ifndef ATTNC_ABI_V1
 #define ATTNC_ABI_V1
 enum attnc_slot {
@@ -11,10 +16,50 @@ enum attnc_slot {
   ATTNC_SLOT_COUNT
 };
 #define ATTNC_ABI_MAX_RANK 8
+
+/* One tile of flash attention: `rows` query rows against keys
+ * [k_begin, k_end).  Row r is query position i = i0 + r / q_group of head
+ * offset hh = r % q_group (the heads that share one kv head).  Key j is
+ * visible to position i iff i + lo_off <= j (when has_lo), j <= i + hi_off
+ * (when has_hi), and mask[j * mask_j] != 0 (when mask). */
+typedef struct attnc_tile {
+  const float *q; long q_stride, q_hstride, q_group;
+  const float *k; long k_stride;
+  const float *v; long v_stride;
+  float *o; long o_stride, o_hstride;
+  long rows, i0, c, nk, k_begin, k_end;
+  float scale;
+  const float *bias; long bias_h, bias_i, bias_j; /* + hh*bias_h + i*bias_i + j*bias_j */
+  const unsigned char *mask; long mask_j;
+  int has_lo, has_hi; long lo_off, hi_off;
+  int empty_rows;       /* 0 zero, 1 uniform (mean of v over all nk keys), 2 NaN */
+  float *m_out, *l_out; /* non-NULL: write unnormalised o with row max m and sum l (a key split) */
+  float *work;          /* attend_work(rows, c) floats, 64-byte aligned */
+} attnc_tile;
+
+/* Vectorised routines compiled with the library (run-time CPU dispatch). */
+typedef struct attnc_prims {
+  int abi;
+  const char *isa;
+  /* y[r][n] = sum_k x[r][k] W[n][k] + b[n], W packed by pack(); strides in floats */
+  void (*linear)(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                 const float *b, float *y, long y_stride);
+  void (*attend)(const attnc_tile *t);
+  long (*attend_work)(long rows, long c);
+  /* merge n key splits of `rows` rows: o_part[s][r][c], m[s][r], l[s][r] -> o rows */
+  void (*combine)(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
+  /* o[i] *= sigmoid(g[i]) */
+  void (*sigmoid_mul)(const float *g, float *o, long n);
+} attnc_prims;
+
 typedef struct attnc_args {
   const long *dims;                     /* sizes of the named dims, in NAME_dim_names order */
   const void *t[ATTNC_SLOT_COUNT];      /* tensors by slot, dense row-major; mask is unsigned char */
   long mask_stride[ATTNC_ABI_MAX_RANK]; /* mask element stride per batch axis (0 broadcasts), then Sk's */
   void *out;                            /* the output, dense row-major */
+  const attnc_prims *prims;             /* NULL: plain C loops only */
+  const float *packed[ATTNC_SLOT_COUNT];/* weights packed for prims->linear, or NULL */
+  void *scratch;                        /* NAME_scratch_bytes(dims, nthreads) bytes, 64-byte aligned */
+  long nthreads;                        /* per-thread scratch regions in scratch */
 } attnc_args;
 #endif

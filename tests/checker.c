@@ -149,6 +149,7 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   g = attnc_kernel_gen(k);
   b = attnc_bindings_new(k);
   if (!b) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
+  if (o->threads && (r->status = attnc_bindings_set_threads(b, o->threads, &r->err)) != ATTNC_OK) goto done;
   in = checker_bind_random(k, b, o, &r->err);
   if (!in) { r->status = r->err.code; goto done; }
   bufs = in->bufs;
@@ -220,6 +221,7 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     }
     if (d > r->max_abs) r->max_abs = d;
     if (ratio > worst) worst = ratio;
+    if (o->out_copy && j < o->out_n) o->out_copy[j] = got;
   }
   r->n = n;
   r->tol = atol + rtol * r->max_ref;

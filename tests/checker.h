@@ -17,6 +17,9 @@ typedef struct checker_opts {
   int mask_rank;                  /* 0: the full (batch..., Sk); else that many trailing dims */
   double mask_keep;               /* probability a key is kept; 0: 0.8 */
   double scale_inputs;            /* multiply x (or q) by this; 0: 1 */
+  int threads;                    /* 0: the default */
+  double *out_copy;               /* if set: receives the kernel's output as doubles (out_n of them) */
+  size_t out_n;
 } checker_opts;
 
 typedef struct checker_result {

@@ -210,6 +210,64 @@ static void sweep_large_logits(attnc_backend be)
   assert_int_equal(sw.fails, 0);
 }
 
+/* The plain C path (no primitives) must agree too: it is what AOT builds run. */
+static void test_kernels_plain_tcc(void **s)
+{
+  (void)s;
+  setenv("ATTNC_PLAIN", "1", 1);
+  sweep_heads(ATTNC_BACKEND_TCC);
+  sweep_masks(ATTNC_BACKEND_TCC);
+  sweep_features(ATTNC_BACKEND_TCC);
+  unsetenv("ATTNC_PLAIN");
+}
+
+/* Work items never share outputs, so any thread count gives the same bits. */
+static void test_kernels_threads_identical(void **s)
+{
+  static const char *const specs[] = {
+    "mha x=B,S,64 heads=4 causal mask=key",
+    "gqa x=B,S,64 heads=8 kv_heads=2 window=9,0 causal",
+    "alphafold x=3,S,32 heads=4 head_dim=8 gated global mask=key global_mean=masked",
+    "alphafold x=2,S,3,32 attn_dim=1 heads=4 head_dim=8 gated bias=2,4,S,S mask=key",
+    "mha mode=core q=1,8,1,64 kv=1,2,S,64 mask=key", /* decode: key splits */
+  };
+  size_t i;
+  int th;
+  (void)s;
+  for (i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    checker_opts o;
+    checker_result r;
+    double *first = NULL, *again;
+    size_t n = 0;
+    for (th = 1; th <= 3; th++) {
+      memset(&o, 0, sizeof o);
+      o.default_dim = strstr(specs[i], "q=1,8,1") ? 3000 : 70;
+      o.threads = th;
+      o.seed = 5;
+      o.out_n = 1 << 20;
+      again = calloc(o.out_n, sizeof(double));
+      assert_non_null(again);
+      o.out_copy = again;
+      checker_run(specs[i], &o, &r);
+      if (!r.ok) fprintf(stderr, "FAIL threads=%d %s: %s max abs %.3g\n", th, specs[i], r.err.message, r.max_abs);
+      assert_true(r.ok);
+      assert_true(r.n <= o.out_n);
+      if (!first) {
+        first = again;
+        n = r.n;
+      } else {
+        assert_int_equal(r.n, n);
+        if (memcmp(first, again, n * sizeof(double)) != 0)
+          fprintf(stderr, "FAIL %s: results differ between 1 and %d threads\n", specs[i], th);
+        assert_memory_equal(first, again, n * sizeof(double));
+        free(again);
+      }
+    }
+    printf("threads 1/2/3 identical: %s (%zu outputs)\n", specs[i], n);
+    free(first);
+  }
+}
+
 static void test_kernels_heads_tcc(void **s) { (void)s; sweep_heads(ATTNC_BACKEND_TCC); }
 static void test_kernels_heads_cc(void **s) { (void)s; sweep_heads(ATTNC_BACKEND_CC); }
 static void test_kernels_axes_tcc(void **s) { (void)s; sweep_axes(ATTNC_BACKEND_TCC); }
@@ -229,6 +287,7 @@ int main(void)
     cmocka_unit_test(test_kernels_masks_tcc),    cmocka_unit_test(test_kernels_masks_cc),
     cmocka_unit_test(test_kernels_features_tcc), cmocka_unit_test(test_kernels_features_cc),
     cmocka_unit_test(test_kernels_large_logits_tcc), cmocka_unit_test(test_kernels_large_logits_cc),
+    cmocka_unit_test(test_kernels_plain_tcc),    cmocka_unit_test(test_kernels_threads_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,192 @@
+/* Portable primitives and the run-time dispatcher.  The portable versions
+ * follow the same algorithms as the AVX-512 ones (packed GEMM, flash
+ * attention with an online softmax over key tiles), so every path shares
+ * one structure and one set of tests. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prims.h"
+
+long attnc_prims_pack_size(long n_out, long n_in)
+{
+  long panels = (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR;
+  return panels * ATTNC_PACK_NR * n_in;
+}
+
+void attnc_prims_pack(const float *w, long n_out, long n_in, float *packed)
+{
+  long p, k, j, panels = (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR;
+  for (p = 0; p < panels; p++) {
+    float *dst = packed + p * ATTNC_PACK_NR * n_in;
+    for (k = 0; k < n_in; k++)
+      for (j = 0; j < ATTNC_PACK_NR; j++) {
+        long n = p * ATTNC_PACK_NR + j;
+        dst[k * ATTNC_PACK_NR + j] = n < n_out ? w[n * n_in + k] : 0.0f;
+      }
+  }
+}
+
+void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                                const float *b, float *y, long y_stride)
+{
+  long r, p, k, j, panels = (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR;
+  for (r = 0; r < rows; r++) {
+    const float *xr = x + r * x_stride;
+    for (p = 0; p < panels; p++) {
+      const float *w = packed + p * ATTNC_PACK_NR * n_in;
+      float acc[ATTNC_PACK_NR];
+      long nv = n_out - p * ATTNC_PACK_NR;
+      if (nv > ATTNC_PACK_NR) nv = ATTNC_PACK_NR;
+      for (j = 0; j < ATTNC_PACK_NR; j++) acc[j] = 0;
+      for (k = 0; k < n_in; k++)
+        for (j = 0; j < ATTNC_PACK_NR; j++) acc[j] += xr[k] * w[k * ATTNC_PACK_NR + j];
+      for (j = 0; j < nv; j++) y[r * y_stride + p * ATTNC_PACK_NR + j] = acc[j] + (b ? b[p * ATTNC_PACK_NR + j] : 0.0f);
+    }
+  }
+}
+
+static long round16(long n) { return (n + 15) & ~15L; }
+
+/* work: O (rows x cp), m, l (rows each), S (rows x KT), Kt (cp x KT), Q (rows x cp) */
+long attnc_prims_attend_work(long rows, long c)
+{
+  long cp = round16(c), r16 = round16(rows);
+  return r16 * cp + 2 * r16 + r16 * ATTNC_ATTEND_KT + cp * ATTNC_ATTEND_KT + r16 * cp + 64;
+}
+
+/* Visible key range of row r: [lo, hi] (empty when lo > hi). */
+static void row_range(const attnc_tile *t, long r, long *lo, long *hi)
+{
+  long i = t->i0 + r / t->q_group;
+  long a = t->k_begin, b = t->k_end - 1;
+  if (t->has_lo && i + t->lo_off > a) a = i + t->lo_off;
+  if (t->has_hi && i + t->hi_off < b) b = i + t->hi_off;
+  *lo = a;
+  *hi = b;
+}
+
+void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row)
+{
+  long d, j;
+  if (t->empty_rows == 1) {
+    long hh = r % t->q_group;
+    (void)hh;
+    for (d = 0; d < t->c; d++) o_row[d] = 0;
+    for (j = 0; j < t->nk; j++)
+      for (d = 0; d < t->c; d++) o_row[d] += t->v[j * t->v_stride + d] / (float)t->nk;
+  } else {
+    float val = 0.0f;
+    if (t->empty_rows == 2) {
+      union { unsigned u; float f; } nan_bits;
+      nan_bits.u = 0x7fc00000u;
+      val = nan_bits.f;
+    }
+    for (d = 0; d < t->c; d++) o_row[d] = val;
+  }
+}
+
+static float *row_out(const attnc_tile *t, long r)
+{
+  return t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
+}
+
+/* One row at a time, one key at a time: the online softmax keeps a running
+ * max m, sum l and unnormalised output o, rescaled when m grows. */
+void attnc_prims_attend_generic(const attnc_tile *t)
+{
+  long rows = t->rows, c = t->c, r, j, d;
+  for (r = 0; r < rows; r++) {
+    long i = t->i0 + r / t->q_group, hh = r % t->q_group, lo, hi;
+    const float *q = t->q + (r / t->q_group) * t->q_stride + hh * t->q_hstride;
+    float *o = row_out(t, r), m = -INFINITY, l = 0;
+    row_range(t, r, &lo, &hi);
+    for (d = 0; d < c; d++) o[d] = 0;
+    for (j = lo; j <= hi; j++) {
+      const float *k = t->k + j * t->k_stride, *v = t->v + j * t->v_stride;
+      float s = 0, p;
+      if (t->mask && !t->mask[j * t->mask_j]) continue;
+      for (d = 0; d < c; d++) s += q[d] * k[d];
+      s *= t->scale;
+      if (t->bias) s += t->bias[hh * t->bias_h + i * t->bias_i + j * t->bias_j];
+      if (s > m) {
+        float alpha = expf(m - s); /* 0 when m was -inf */
+        l *= alpha;
+        for (d = 0; d < c; d++) o[d] *= alpha;
+        m = s;
+      }
+      p = expf(s - m);
+      l += p;
+      for (d = 0; d < c; d++) o[d] += p * v[d];
+    }
+    if (t->m_out) {
+      t->m_out[r] = m;
+      t->l_out[r] = l;
+    } else if (l > 0) {
+      for (d = 0; d < c; d++) o[d] /= l;
+    } else {
+      attnc_prims_empty_row(t, r, o);
+    }
+  }
+}
+
+void attnc_prims_combine_generic(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l)
+{
+  long r, s, d, rows = t->rows, c = t->c;
+  for (r = 0; r < rows; r++) {
+    float mx = -INFINITY, sum = 0;
+    float *o = row_out(t, r);
+    for (s = 0; s < splits; s++)
+      if (m[s * rows + r] > mx) mx = m[s * rows + r];
+    for (d = 0; d < c; d++) o[d] = 0;
+    if (mx == -INFINITY) {
+      attnc_prims_empty_row(t, r, o);
+      continue;
+    }
+    for (s = 0; s < splits; s++) {
+      float ms = m[s * rows + r], f;
+      if (ms == -INFINITY) continue;
+      f = expf(ms - mx);
+      sum += l[s * rows + r] * f;
+      for (d = 0; d < c; d++) o[d] += o_part[(s * rows + r) * c + d] * f;
+    }
+    for (d = 0; d < c; d++) o[d] /= sum;
+  }
+}
+
+void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n)
+{
+  long i;
+  for (i = 0; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
+static attnc_prims table;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static void choose(void)
+{
+  const char *force = getenv("ATTNC_ISA");
+  table.abi = 1;
+  table.isa = "generic";
+  table.linear = attnc_prims_linear_generic;
+  table.attend = attnc_prims_attend_generic;
+  table.attend_work = attnc_prims_attend_work;
+  table.combine = attnc_prims_combine_generic;
+  table.sigmoid_mul = attnc_prims_sigmoid_mul_generic;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (!(force && strcmp(force, "generic") == 0) && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
+    table.isa = "avx512";
+    table.linear = attnc_prims_linear_avx512;
+    table.attend = attnc_prims_attend_avx512;
+    table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
+  }
+#endif
+}
+
+const attnc_prims *attnc_prims_get(void)
+{
+  pthread_once(&table_once, choose);
+  return &table;
+}

@@ -1,0 +1,37 @@
+/* Vectorised primitives that generated kernels call through attnc_prims.
+ * prims.c holds portable versions and the dispatcher; prims_avx512.c the
+ * AVX-512 versions, chosen at run time when the CPU has them. */
+#ifndef ATTNC_PRIMS_H
+#define ATTNC_PRIMS_H
+
+#include "internal.h"
+
+#define ATTNC_PACK_NR 32   /* output features per packed panel */
+#define ATTNC_ATTEND_KT 64 /* keys per attention tile */
+
+/* The table for this CPU (never NULL). */
+const attnc_prims *attnc_prims_get(void);
+/* Floats needed to pack an (n_out, n_in) weight. */
+long attnc_prims_pack_size(long n_out, long n_in);
+/* Pack W (n_out, n_in) into panels of ATTNC_PACK_NR outputs: panel p holds,
+ * for each k, W[p*NR + 0..NR-1][k] contiguously (zero padded). */
+void attnc_prims_pack(const float *w, long n_out, long n_in, float *packed);
+
+/* shared by the implementations */
+void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                                const float *b, float *y, long y_stride);
+void attnc_prims_attend_generic(const attnc_tile *t);
+long attnc_prims_attend_work(long rows, long c);
+void attnc_prims_combine_generic(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
+void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n);
+/* the empty-row rule for row r (o_row is where the result goes) */
+void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row);
+
+#if defined(__x86_64__) || defined(__i386__)
+void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                               const float *b, float *y, long y_stride);
+void attnc_prims_attend_avx512(const attnc_tile *t);
+void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n);
+#endif
+
+#endif
