@@ -31,7 +31,7 @@ TESTS    := test_spec test_safetensors test_reference test_prims test_runtime te
 SPECS    := $(sort $(wildcard specs/*.attn))
 
 .PHONY: all deps demo test aot bench install clean example
-all: deps $(B)/libattnc.a $(B)/attnc
+all: deps $(B)/libattnc.a $(B)/libattnc.so $(B)/attnc
 
 # ---- set-up: install the Debian packages we build against ----
 deps: $(B)/.deps
@@ -76,8 +76,15 @@ $(B)/libattnc.a: $(LIB_OBJ)
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-# No libattnc.so yet: Debian's libtcc.a is not position-independent, so
-# the tcc backend cannot go into a shared object (see docs/ and issue 5).
+# Debian's libtcc.a is not position-independent: the shared library links
+# it whole with only attnc_* exported (runtime/attnc.map) and hidden
+# stand-ins for the glibc variables it names (runtime/tcc_shim.c).
+$(B)/libattnc.so: $(LIB_OBJ) $(B)/obj/tcc_shim.o runtime/attnc.map
+	@echo "  LD      $@"
+	$(Q)$(CC) -shared -pthread -Wl,--version-script=runtime/attnc.map -Wl,-soname,libattnc.so -o $@ $(LIB_OBJ) $(B)/obj/tcc_shim.o \
+	  -Wl,--whole-archive /usr/lib/x86_64-linux-gnu/libtcc.a -Wl,--no-whole-archive -llua5.4 -ldl -lm 2>&1 | \
+	  grep -v 'relocation in read-only section\|creating DT_TEXTREL' || true
+	@test -f $@
 
 # ---- the CLI (links the float64 reference for `attnc check`) ----
 $(B)/attnc: cli/attnc.c tests/checker.c tests/checker.h tests/reference.c tests/reference.h $(B)/libattnc.a
@@ -125,6 +132,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(B)/attnc $(DESTDIR)$(PREFIX)/bin/attnc
 	install -m 644 $(B)/libattnc.a $(DESTDIR)$(PREFIX)/lib/libattnc.a
+	install -m 755 $(B)/libattnc.so $(DESTDIR)$(PREFIX)/lib/libattnc.so
 	install -m 644 runtime/attnc.h $(DESTDIR)$(PREFIX)/include/attnc.h
 
 clean:

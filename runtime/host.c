@@ -335,7 +335,7 @@ attnc_status attnc_host_generate(const char *spec, const char *spec_name, attnc_
   if (s == ATTNC_OK) {
     s = read_gen(host_L, g, err);
     lua_pop(host_L, 1);
-    lua_gc(host_L, LUA_GCCOLLECT);
+    lua_gc(host_L, LUA_GCSTEP, 0); /* a step, not a full collection: keeps compiles fast */
   }
   pthread_mutex_unlock(&host_lock);
   return s;
