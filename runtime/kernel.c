@@ -656,7 +656,7 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
     b->scratch_bytes = bytes;
   }
   args.scratch = b->scratch;
-  for (phase = 0; phase < 4; phase++) {
+  for (phase = 0; phase < ATTNC_PHASES; phase++) {
     struct run_ctx ctx;
     long items = b->k->fns.phase_items(&args, phase);
     ctx.fns = &b->k->fns;

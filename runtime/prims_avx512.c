@@ -29,15 +29,15 @@ INLINE __m512 exp512(__m512 x)
                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  /* Taylor series of e^r on |r| <= ln2/2: error below float precision */
-  p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  /* e^r = 1 + r + r^2 P(r) on |r| <= ln2/2, P of degree 5 (Cephes expf's
+   * coefficients): about 1e-7 relative error */
+  p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
 
@@ -113,8 +113,8 @@ void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_
 
 /* ---- attention: one tile of query rows, key tiles of KT ---- */
 
-/* S[MR][64] = Q[MR][:c] . Kt[:c][64] (Kt is the key tile, transposed). */
-INLINE void qk_kernel(const int MR, long c, const float *Q, long cp, const float *Kt, float *S)
+/* S[MR][64] = Q[MR][:c] . Kt[:c][64] (Kt is the key tile, transposed, rows ldk apart). */
+INLINE void qk_kernel(const int MR, long c, const float *Q, long cp, const float *Kt, long ldk, float *S)
 {
   __m512 acc[4][4];
   long d;
@@ -123,7 +123,7 @@ INLINE void qk_kernel(const int MR, long c, const float *Q, long cp, const float
     for (v = 0; v < 4; v++) acc[i][v] = _mm512_setzero_ps();
   for (d = 0; d < c; d++) {
     __m512 b[4];
-    for (v = 0; v < 4; v++) b[v] = _mm512_load_ps(Kt + d * KT + v * 16);
+    for (v = 0; v < 4; v++) b[v] = _mm512_loadu_ps(Kt + d * ldk + v * 16);
     for (i = 0; i < MR; i++) {
       __m512 a = _mm512_set1_ps(Q[i * cp + d]);
       for (v = 0; v < 4; v++) acc[i][v] = _mm512_fmadd_ps(a, b[v], acc[i][v]);
@@ -159,6 +159,53 @@ INLINE void pv_kernel(const int MR, long kt, const float *P, float *O, long cp, 
       if (u < nvv) _mm512_store_ps(O + i * cp + (cv0 + u) * 16, acc[i][u]);
 }
 
+/* Few rows (decoding): dot products along c, no transposed key tile. */
+static void qk_direct(long rows, long c, const float *Q, long cp, const float *k, long k_stride, long kt, float *S,
+                      __mmask16 last)
+{
+  long jj, r, v, nv = cp / 16;
+  for (jj = 0; jj < kt; jj++) {
+    const float *kr = k + jj * k_stride;
+    for (r = 0; r < rows; r++) {
+      __m512 acc = _mm512_setzero_ps();
+      for (v = 0; v < nv; v++) {
+        __m512 kv = v == nv - 1 ? _mm512_maskz_loadu_ps(last, kr + v * 16) : _mm512_loadu_ps(kr + v * 16);
+        acc = _mm512_fmadd_ps(_mm512_load_ps(Q + r * cp + v * 16), kv, acc);
+      }
+      S[r * KT + jj] = _mm512_reduce_add_ps(acc);
+    }
+  }
+  for (r = 0; r < rows; r++)
+    for (jj = kt; jj < KT; jj++) S[r * KT + jj] = 0;
+  (void)c;
+}
+
+/* Narrow heads (c <= 32): eight rows at a time keep 16 accumulators busy. */
+INLINE void pv_kernel8(const int MR, long kt, const float *P, float *O, long cp, const float *v, long v_stride,
+                       long nvv, __mmask16 last)
+{
+  __m512 acc[8][2];
+  long j;
+  int i, u;
+  for (i = 0; i < MR; i++)
+    for (u = 0; u < 2; u++) acc[i][u] = u < nvv ? _mm512_load_ps(O + i * cp + u * 16) : _mm512_setzero_ps();
+  for (j = 0; j < kt; j++) {
+    const float *vr = v + j * v_stride;
+    __m512 b[2];
+    for (u = 0; u < 2; u++)
+      b[u] = u >= nvv ? _mm512_setzero_ps()
+           : (u == nvv - 1) ? _mm512_maskz_loadu_ps(last, vr + u * 16) : _mm512_loadu_ps(vr + u * 16);
+    for (i = 0; i < MR; i++) {
+      __m512 p = _mm512_set1_ps(P[i * KT + j]);
+      for (u = 0; u < 2; u++)
+        if (u < nvv) acc[i][u] = _mm512_fmadd_ps(p, b[u], acc[i][u]);
+    }
+  }
+  for (i = 0; i < MR; i++)
+    for (u = 0; u < 2; u++)
+      if (u < nvv) _mm512_store_ps(O + i * cp + u * 16, acc[i][u]);
+}
+
 static void row_range(const attnc_tile *t, long r, long *lo, long *hi)
 {
   long i = t->i0 + r / t->q_group;
@@ -184,6 +231,13 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
     memset(srow, 0, sizeof(float) * KT);
     return;
   }
+  if (a == 0 && b == KT - 1 && !t->bias && !t->mask) {
+    /* every key of the tile is visible: no masking work */
+    for (v = 0; v < 4; v++) {
+      s[v] = _mm512_load_ps(srow + v * 16);
+      mx = _mm512_max_ps(mx, s[v]);
+    }
+  } else
   for (v = 0; v < 4; v++) {
     __m512i jv = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(v * 16)));
     __mmask16 ok = _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32((int)a), _MM_CMPINT_NLT) &
@@ -261,22 +315,50 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
 
   for (j0 = jmin; j0 <= jmax; j0 += KT) {
     long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, jj, r0, cv0;
-    /* the key tile, transposed so scores vectorise along keys */
-    for (jj = 0; jj < kt; jj++) {
-      const float *kr = t->k + (j0 + jj) * t->k_stride;
-      for (d = 0; d < c; d++) Kt[d * KT + jj] = kr[d];
+    /* the key tile, transposed so scores vectorise along keys (done once per
+     * kv head by the keys phase when t->kt is set) */
+    const float *ktile = Kt;
+    long ldk = KT;
+    if (!t->kt && rows <= 8) {
+      qk_direct(rows, c, Q, cp, t->k + j0 * t->k_stride, t->k_stride, kt, S, last);
+      goto scores_done;
     }
-    for (; jj < KT; jj++)
-      for (d = 0; d < c; d++) Kt[d * KT + jj] = 0;
+    if (t->kt) {
+      ktile = t->kt + j0;
+      ldk = t->kt_stride;
+    } else {
+      for (jj = 0; jj < kt; jj++) {
+        const float *kr = t->k + (j0 + jj) * t->k_stride;
+        for (d = 0; d < c; d++) Kt[d * KT + jj] = kr[d];
+      }
+      for (; jj < KT; jj++)
+        for (d = 0; d < c; d++) Kt[d * KT + jj] = 0;
+    }
     for (r0 = 0; r0 < rows; r0 += 4) {
       switch (rows - r0 < 4 ? rows - r0 : 4) {
-      case 4: qk_kernel(4, c, Q + r0 * cp, cp, Kt, S + r0 * KT); break;
-      case 3: qk_kernel(3, c, Q + r0 * cp, cp, Kt, S + r0 * KT); break;
-      case 2: qk_kernel(2, c, Q + r0 * cp, cp, Kt, S + r0 * KT); break;
-      default: qk_kernel(1, c, Q + r0 * cp, cp, Kt, S + r0 * KT); break;
+      case 4: qk_kernel(4, c, Q + r0 * cp, cp, ktile, ldk, S + r0 * KT); break;
+      case 3: qk_kernel(3, c, Q + r0 * cp, cp, ktile, ldk, S + r0 * KT); break;
+      case 2: qk_kernel(2, c, Q + r0 * cp, cp, ktile, ldk, S + r0 * KT); break;
+      default: qk_kernel(1, c, Q + r0 * cp, cp, ktile, ldk, S + r0 * KT); break;
       }
     }
+  scores_done:
     for (r = 0; r < rows; r++) softmax_row(t, r, j0, kt, S + r * KT, M, L, O, cp);
+    if (nv <= 2) {
+      for (r0 = 0; r0 < rows; r0 += 8) {
+        const float *vt = t->v + j0 * t->v_stride;
+        switch (rows - r0 < 8 ? rows - r0 : 8) {
+        case 8: pv_kernel8(8, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
+        case 7: pv_kernel8(7, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
+        case 6: pv_kernel8(6, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
+        case 5: pv_kernel8(5, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
+        case 4: pv_kernel8(4, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
+        case 3: pv_kernel8(3, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
+        case 2: pv_kernel8(2, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
+        default: pv_kernel8(1, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
+        }
+      }
+    } else
     for (r0 = 0; r0 < rows; r0 += 4) {
       for (cv0 = 0; cv0 < nv; cv0 += 4) {
         long nvv = nv - cv0 < 4 ? nv - cv0 : 4;

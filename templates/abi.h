@@ -1,6 +1,6 @@
 /* The calling convention shared by every generated kernel and the runtime.
  *
- * A kernel runs in phases (project, attend, combine, output); each phase
+ * A kernel runs in phases (project, keys, attend, combine, output); each phase
  * has a number of independent work items, and NAME_phase(args, phase,
  * begin, end, thread) runs items [begin, end).  The runtime spreads items
  * over its threads with a barrier between phases; NAME_run(args) runs
@@ -16,6 +16,7 @@ enum attnc_slot {
   ATTNC_SLOT_COUNT
 };
 #define ATTNC_ABI_MAX_RANK 8
+#define ATTNC_PHASES 5 /* project, keys, attend, combine, output */
 
 /* One tile of flash attention: `rows` query rows against keys
  * [k_begin, k_end).  Row r is query position i = i0 + r / q_group of head
@@ -25,6 +26,7 @@ enum attnc_slot {
 typedef struct attnc_tile {
   const float *q; long q_stride, q_hstride, q_group;
   const float *k; long k_stride;
+  const float *kt; long kt_stride; /* optional: k transposed, kt[d * kt_stride + j], zero past nk + 64 */
   const float *v; long v_stride;
   float *o; long o_stride, o_hstride;
   long rows, i0, c, nk, k_begin, k_end;
@@ -50,6 +52,8 @@ typedef struct attnc_prims {
   void (*combine)(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
   /* o[i] *= sigmoid(g[i]) */
   void (*sigmoid_mul)(const float *g, float *o, long n);
+  /* kt[d * kt_stride + j] = k[j * k_stride + d] for j < nk, 0 for nk <= j < kt_stride */
+  void (*transpose)(const float *k, long k_stride, long nk, long c, float *kt, long kt_stride);
 } attnc_prims;
 
 typedef struct attnc_args {

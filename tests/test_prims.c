@@ -127,7 +127,7 @@ static void ref_tile(const attnc_tile *t, double *out)
   }
 }
 
-static int check_attend(const char *isa, void (*attend)(const attnc_tile *), const struct case_ *cs)
+static int check_attend(const char *isa, void (*attend)(const attnc_tile *), const struct case_ *cs, int use_kt)
 {
   long npos = (cs->rows + cs->group - 1) / cs->group, rows = npos * cs->group;
   long c = cs->c, nk = cs->nk, qs = cs->group * (c + 1), ks = c + 2, n, r, d, s;
@@ -153,6 +153,13 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
   t.has_lo = cs->has_lo; t.lo_off = cs->lo_off; t.has_hi = cs->has_hi; t.hi_off = cs->hi_off;
   t.empty_rows = cs->empty;
   t.work = work;
+  float *kt = NULL;
+  if (use_kt) { /* keys transposed once, as the keys phase does */
+    t.kt_stride = ((nk + 15) & ~15L) + 64;
+    kt = malloc(sizeof(float) * c * t.kt_stride);
+    attnc_prims_transpose(k, ks, nk, c, kt, t.kt_stride);
+    t.kt = kt;
+  }
   ref_tile(&t, want);
   if (cs->splits <= 1) {
     attend(&t);
@@ -179,10 +186,10 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
       if (e > worst) worst = e;
     }
   if (worst > 1)
-    fprintf(stderr, "attend [%s] rows=%ld group=%ld c=%ld nk=%ld i0=%ld lo=%d:%ld hi=%d:%ld bias=%d mask=%d empty=%d splits=%ld: error %.3g of tolerance\n",
-            isa, rows, cs->group, c, nk, cs->i0, cs->has_lo, cs->lo_off, cs->has_hi, cs->hi_off, cs->bias, cs->mask, cs->empty,
+    fprintf(stderr, "attend [%s%s] rows=%ld group=%ld c=%ld nk=%ld i0=%ld lo=%d:%ld hi=%d:%ld bias=%d mask=%d empty=%d splits=%ld: error %.3g of tolerance\n",
+            isa, use_kt ? " kt" : "", rows, cs->group, c, nk, cs->i0, cs->has_lo, cs->lo_off, cs->has_hi, cs->hi_off, cs->bias, cs->mask, cs->empty,
             cs->splits, worst);
-  free(q); free(k); free(v); free(bias); free(o); free(part); free(mask); free(want); free(work);
+  free(q); free(k); free(v); free(bias); free(o); free(part); free(mask); free(want); free(work); free(kt);
   return worst <= 1;
 }
 
@@ -204,8 +211,11 @@ static void test_prims_attend(void **state)
   int fails = 0;
   (void)state;
   for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i]);
-    if (have_avx512()) fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i]);
+    fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i], 0);
+    if (have_avx512()) {
+      fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 0);
+      fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 1);
+    }
   }
   if (!have_avx512()) printf("SKIP avx512 attend: this CPU has no AVX-512 (generic checked)\n");
   assert_int_equal(fails, 0);

@@ -48,6 +48,7 @@ EXTRA_SPECS = {
     "preset_key": "preset=alphafold x=2,3,8 heads=2 qkv_bias=no out_bias=off gated=yes global=0",
     "derived_name": "mha x=2,4,8 heads=2 name=attnc_0123abcd",
     "max_rank": "mha x=A,B,C,D,E,16 attn_dim=-3 heads=2 bias=A,B,D,2,C,C",
+    "bad_mqa_kv_heads": "mqa x=2,3,8 heads=2 kv_heads=2",
     "bad_dup": "mha x=2,3,8 heads=2 heads=4",
     "bad_name": "mha x=2,3,8 heads=2 name=\"a\\n;abort();//",
     "bad_scale": "mha x=2,3,8 heads=2 scale=1;abort()",

@@ -8,7 +8,9 @@
 # corpus, build/fuzz/work/NAME/corpus, which keeps growing across runs; the
 # repository is never written to.  Crashing inputs land in
 # build/fuzz/work/NAME/artifacts/ and logs in build/fuzz/work/NAME/log.
-# FUZZ_PARALLEL=1 runs the harnesses at once instead of one after another.
+# First, every input in tests/fuzz/regressions/NAME/ is replayed once
+# (SECONDS=0 only replays).  FUZZ_PARALLEL=1 runs the harnesses at once
+# instead of one after another.
 # FUZZ_ARGS adds libFuzzer flags.  Prints one line per harness: executions,
 # time and whether it crashed; exits 1 if any did.
 set -eu
@@ -28,6 +30,26 @@ HARNESSES=${*:-spec gen safetensors}
 if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
   sh tests/fuzz/build.sh
 fi
+
+# Replay tests/fuzz/regressions/NAME/* (inputs that once failed) through
+# harness NAME; prints one line and returns 1 if any still fails.
+replay() {
+  h=$1
+  bin=build/fuzz/fuzz_$h
+  work=build/fuzz/work/$h
+  set -- tests/fuzz/regressions/"$h"/*
+  [ -e "$1" ] || return 0
+  mkdir -p "$work"
+  bad=""
+  for f in "$@"; do
+    "$bin" -timeout=10 "$f" >"$work/replay.log" 2>&1 || bad="$bad $(basename "$f")"
+  done
+  if [ -n "$bad" ]; then
+    printf '%-18s %d regression input(s), still failing:%s\n' "fuzz_$h" "$#" "$bad"
+    return 1
+  fi
+  printf '%-18s %d regression input(s), all pass\n' "fuzz_$h" "$#"
+}
 
 run_one() {
   h=$1
@@ -65,6 +87,8 @@ run_one() {
 }
 
 status=0
+for h in $HARNESSES; do replay "$h" || status=1; done
+[ "$SECS" -gt 0 ] || exit $status
 if [ "${FUZZ_PARALLEL:-0}" = 1 ]; then
   pids=""
   for h in $HARNESSES; do
