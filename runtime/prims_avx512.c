@@ -135,7 +135,7 @@ INLINE void qk_kernel(const int MR, long c, const float *Q, long cp, const float
 
 /* O[MR][cv0*16 .. +nvv*16] += P[MR][:kt] . V[:kt][...] */
 INLINE void pv_kernel(const int MR, long kt, const float *P, float *O, long cp, const float *v, long v_stride,
-                      long cv0, long nvv, __mmask16 last)
+                      long cv0, const int nvv, __mmask16 last)
 {
   __m512 acc[4][4];
   long j;
@@ -182,7 +182,7 @@ static void qk_direct(long rows, long c, const float *Q, long cp, const float *k
 
 /* Narrow heads (c <= 32): eight rows at a time keep 16 accumulators busy. */
 INLINE void pv_kernel8(const int MR, long kt, const float *P, float *O, long cp, const float *v, long v_stride,
-                       long nvv, __mmask16 last)
+                       const int nvv, __mmask16 last)
 {
   __m512 acc[8][2];
   long j;
@@ -347,28 +347,41 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
     if (nv <= 2) {
       for (r0 = 0; r0 < rows; r0 += 8) {
         const float *vt = t->v + j0 * t->v_stride;
-        switch (rows - r0 < 8 ? rows - r0 : 8) {
-        case 8: pv_kernel8(8, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
-        case 7: pv_kernel8(7, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
-        case 6: pv_kernel8(6, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
-        case 5: pv_kernel8(5, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
-        case 4: pv_kernel8(4, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
-        case 3: pv_kernel8(3, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
-        case 2: pv_kernel8(2, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
-        default: pv_kernel8(1, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, nv, last); break;
-        }
+#define PV8_ROWS(NVV)                                                                               \
+  switch (rows - r0 < 8 ? rows - r0 : 8) {                                                          \
+  case 8: pv_kernel8(8, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
+  case 7: pv_kernel8(7, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
+  case 6: pv_kernel8(6, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
+  case 5: pv_kernel8(5, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
+  case 4: pv_kernel8(4, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
+  case 3: pv_kernel8(3, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
+  case 2: pv_kernel8(2, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
+  default: pv_kernel8(1, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;      \
+  }
+        if (nv == 2) { PV8_ROWS(2) } else { PV8_ROWS(1) }
+#undef PV8_ROWS
       }
     } else
     for (r0 = 0; r0 < rows; r0 += 4) {
       for (cv0 = 0; cv0 < nv; cv0 += 4) {
         long nvv = nv - cv0 < 4 ? nv - cv0 : 4;
         __mmask16 lm = (cv0 + nvv == nv) ? last : (__mmask16)0xFFFF;
-        switch (rows - r0 < 4 ? rows - r0 : 4) {
-        case 4: pv_kernel(4, kt, S + r0 * KT, O + r0 * cp, cp, t->v + j0 * t->v_stride, t->v_stride, cv0, nvv, lm); break;
-        case 3: pv_kernel(3, kt, S + r0 * KT, O + r0 * cp, cp, t->v + j0 * t->v_stride, t->v_stride, cv0, nvv, lm); break;
-        case 2: pv_kernel(2, kt, S + r0 * KT, O + r0 * cp, cp, t->v + j0 * t->v_stride, t->v_stride, cv0, nvv, lm); break;
-        default: pv_kernel(1, kt, S + r0 * KT, O + r0 * cp, cp, t->v + j0 * t->v_stride, t->v_stride, cv0, nvv, lm); break;
+        const float *vt = t->v + j0 * t->v_stride;
+        /* rows and vector count as compile-time constants: no tests in the inner loop */
+#define PV_ROWS(NVV)                                                                                     \
+  switch (rows - r0 < 4 ? rows - r0 : 4) {                                                               \
+  case 4: pv_kernel(4, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, cv0, NVV, lm); break;          \
+  case 3: pv_kernel(3, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, cv0, NVV, lm); break;          \
+  case 2: pv_kernel(2, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, cv0, NVV, lm); break;          \
+  default: pv_kernel(1, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, cv0, NVV, lm); break;         \
+  }
+        switch (nvv) {
+        case 4: PV_ROWS(4) break;
+        case 3: PV_ROWS(3) break;
+        case 2: PV_ROWS(2) break;
+        default: PV_ROWS(1) break;
         }
+#undef PV_ROWS
       }
     }
   }
