@@ -37,7 +37,7 @@ struct cli {
   char spec_name[512];
   const char *files[MAX_FILES];
   int nfiles;
-  const char *out, *prefix, *outdir;
+  const char *out, *prefix, *outdir, *diff;
   const char *dim_names[MAX_DIMS];
   int64_t dim_values[MAX_DIMS];
   int ndims;
@@ -75,7 +75,9 @@ static const char *help_for(const char *cmd)
     return "usage: attnc gen SPEC -o DIR [--print-name]\n"
            "Writes DIR/NAME.c and DIR/NAME.h, which compile with any C99 compiler.\n";
   if (strcmp(cmd, "show") == 0)
-    return "usage: attnc show SPEC [--header]\nPrints the generated C (or its header).\n";
+    return "usage: attnc show SPEC [--header] [--diff SPEC2]\n"
+           "Prints the generated C (or its header).  With --diff, prints what changes in the\n"
+           "generated code from SPEC to SPEC2 (e.g. mha -> gqa, ungated -> gated), as a unified diff.\n";
   if (strcmp(cmd, "explain") == 0)
     return "usage: attnc explain SPEC [--dim NAME=N]...\n"
            "Prints the canonical spec, every tensor with its shape and bytes, FLOPs and memory.\n";
@@ -159,6 +161,7 @@ static int parse_args(struct cli *c, int argc, char **argv)
       c->files[c->nfiles++] = v; i++;
     } else if (strcmp(a, "--out") == 0 && v) { c->out = v; i++; }
     else if (strcmp(a, "--prefix") == 0 && v) { c->prefix = v; i++; }
+    else if (strcmp(a, "--diff") == 0 && v) { c->diff = v; i++; }
     else if (strcmp(a, "-o") == 0 && v) { c->outdir = v; i++; }
     else if (strcmp(a, "--seed") == 0 && v) {
       if (parse_count(a, v, 0, 2147483647L, &n) != 0) return 2;
@@ -205,12 +208,129 @@ static int compile_spec(struct cli *c, attnc_kernel **k)
 
 /* ---- show, gen, explain ---- */
 
+/* Split text into lines (in place); returns the count. */
+static size_t split_lines(char *text, char ***lines)
+{
+  size_t n = 0, cap = 256;
+  char *p = text;
+  *lines = malloc(cap * sizeof **lines);
+  while (*lines && *p) {
+    char *nl = strchr(p, '\n');
+    if (n == cap) {
+      char **more = realloc(*lines, 2 * cap * sizeof **lines);
+      if (!more) break;
+      *lines = more;
+      cap *= 2;
+    }
+    (*lines)[n++] = p;
+    if (!nl) break;
+    *nl = '\0';
+    p = nl + 1;
+  }
+  return n;
+}
+
+/* A unified diff of two line lists (longest common subsequence, 3 lines of context). */
+static void print_diff(char **a, size_t na, char **b, size_t nb, const char *name_a, const char *name_b)
+{
+  size_t i, j, w = nb + 1;
+  unsigned *lcs = calloc((na + 1) * w, sizeof *lcs);
+  char *op = malloc(na + nb + 1);
+  size_t nop = 0, k;
+  if (!lcs || !op) { free(lcs); free(op); fprintf(stderr, "attnc: error: out of memory for the diff\n"); return; }
+  for (i = na; i-- > 0;)
+    for (j = nb; j-- > 0;)
+      lcs[i * w + j] = strcmp(a[i], b[j]) == 0 ? lcs[(i + 1) * w + j + 1] + 1
+                     : (lcs[(i + 1) * w + j] > lcs[i * w + j + 1] ? lcs[(i + 1) * w + j] : lcs[i * w + j + 1]);
+  for (i = 0, j = 0; i < na || j < nb;) {
+    if (i < na && j < nb && strcmp(a[i], b[j]) == 0) { op[nop++] = '='; i++; j++; }
+    else if (i < na && (j == nb || lcs[(i + 1) * w + j] >= lcs[i * w + j + 1])) { op[nop++] = '-'; i++; }
+    else { op[nop++] = '+'; j++; }
+  }
+  printf("--- %s\n+++ %s\n", name_a, name_b);
+  /* walk the edit script, printing hunks with context */
+  for (k = 0, i = 0, j = 0; k < nop;) {
+    size_t start, end, ai, bj, t2, la = 0, lb = 0;
+    if (op[k] == '=') { i++; j++; k++; continue; }
+    start = k;
+    while (start > 0 && op[start - 1] == '=' && k - start < 3) start--;
+    ai = i - (k - start);
+    bj = j - (k - start);
+    end = k;
+    for (;;) { /* extend over changes separated by at most 6 equal lines */
+      size_t eq = 0;
+      while (end < nop && op[end] != '=') end++;
+      while (end + eq < nop && op[end + eq] == '=' && eq <= 6) eq++;
+      if (end + eq < nop && eq <= 6) { end += eq; continue; }
+      end += eq < 3 ? eq : 3;
+      break;
+    }
+    for (t2 = start; t2 < end; t2++) { if (op[t2] != '+') la++; if (op[t2] != '-') lb++; }
+    printf("@@ -%zu,%zu +%zu,%zu @@\n", ai + 1, la, bj + 1, lb);
+    for (t2 = start; t2 < end; t2++) {
+      if (op[t2] == '=') { printf(" %s\n", a[ai]); ai++; bj++; }
+      else if (op[t2] == '-') { printf("-%s\n", a[ai]); ai++; }
+      else { printf("+%s\n", b[bj]); bj++; }
+    }
+    i = ai;
+    j = bj;
+    k = end;
+  }
+  free(lcs);
+  free(op);
+}
+
+/* Replace the kernel's symbol prefix (from its banner's name=) by NAME, in place. */
+static void mask_name(char *text)
+{
+  char name[64], *p = strstr(text, " name=");
+  size_t n = 0, len;
+  if (!p) return;
+  p += 6;
+  while (n < sizeof name - 1 && (p[n] == '_' || (p[n] >= '0' && p[n] <= '9') || (p[n] >= 'a' && p[n] <= 'z') ||
+                                 (p[n] >= 'A' && p[n] <= 'Z'))) {
+    name[n] = p[n];
+    n++;
+  }
+  name[n] = '\0';
+  if (n < 4) return;
+  len = strlen(text);
+  for (p = strstr(text, name); p; p = strstr(p, name)) {
+    memcpy(p, "NAME", 4);
+    memmove(p + 4, p + n, len - (size_t)(p + n - text) + 1);
+    len -= n - 4;
+    p += 4;
+  }
+}
+
 static int cmd_show(struct cli *c)
 {
   attnc_options o = { c->backend, c->threads, c->spec_name };
   attnc_error e;
   char *src = NULL, *hdr = NULL;
   if (attnc_generate(c->spec, &o, &src, &hdr, &e) != ATTNC_OK) { print_error(&e); return 1; }
+  if (c->diff) {
+    struct cli d;
+    char *src2 = NULL, *hdr2 = NULL, **la = NULL, **lb = NULL;
+    size_t na, nb;
+    int rc;
+    memset(&d, 0, sizeof d);
+    if ((rc = set_spec(&d, c->diff)) != 0) { free(src); free(hdr); return rc; }
+    o.spec_name = d.spec_name;
+    if (attnc_generate(d.spec, &o, &src2, &hdr2, &e) != ATTNC_OK) {
+      print_error(&e);
+      free(src); free(hdr); free(d.spec);
+      return 1;
+    }
+    /* the symbol prefixes differ by construction: show them both as NAME */
+    mask_name(c->header ? hdr : src);
+    mask_name(c->header ? hdr2 : src2);
+    na = split_lines(c->header ? hdr : src, &la);
+    nb = split_lines(c->header ? hdr2 : src2, &lb);
+    if (la && lb) print_diff(la, na, lb, nb, c->spec, d.spec);
+    free(la); free(lb); free(src2); free(hdr2); free(d.spec); free(src); free(hdr);
+    return 0;
+  }
   fputs(c->header ? hdr : src, stdout);
   free(src);
   free(hdr);

@@ -66,6 +66,68 @@ local function summary(p)
   return out
 end
 
+-- "(S, R, 64)" and, where every dim is known, nothing more; with named
+-- dims the symbolic form stays (the sizes are bound at run time).
+local function dims_text(list)
+  local t = {}
+  for i, d in ipairs(list) do t[i] = tostring(d) end
+  return "(" .. concat(t, ", ") .. ")"
+end
+
+-- One line per buffer: name, meaning, shape in symbols = shape in numbers.
+local function buffers(p)
+  local s, out = p.spec, {}
+  local function row(name, what, sym, nums)
+    local shape = dims_text(sym)
+    if nums then shape = shape .. " = " .. dims_text(nums) end
+    insert(out, sformat("%-5s %-40s %s", name .. ":", what, shape))
+  end
+  local H, G, C = p.H, p.G, p.C
+  if p.core then
+    local r = s.rank
+    local qs, ks = {}, {}
+    for i = 1, r - 3 do qs[i] = s.q[i]; ks[i] = s.kv[i] end
+    local q_sym, k_sym = {}, {}
+    for i, d in ipairs(qs) do q_sym[i] = d; k_sym[i] = ks[i] end
+    insert(q_sym, "H"); insert(q_sym, "Sq"); insert(q_sym, "c")
+    insert(k_sym, "G"); insert(k_sym, "Sk"); insert(k_sym, "c")
+    row("q", "queries", q_sym, s.q)
+    row("k", "keys", k_sym, s.kv)
+    row("v", "values", k_sym, s.kv)
+    row("out", "attention output", q_sym, s.q)
+  else
+    local r, ax = s.rank, s.axis
+    local rows_x, rows_kv = {}, {}
+    for i = 1, r - 1 do rows_x[i] = s.x[i]; rows_kv[i] = s.kv[i] end
+    local function with(list, ...) local t = {} for i, d in ipairs(list) do t[i] = d end for _, e in ipairs({ ... }) do insert(t, e) end return t end
+    row("x", "input, attention along axis " .. (ax - 1), with(rows_x, "c_in"), s.x)
+    if not s.self then row("kv", "key/value input", with(rows_kv, "c_kv"), s.kv) end
+    row("wq", "query projection", { "H*c", "c_in" }, { H * C, s.c_in })
+    row("wk", "key projection" .. (p.global and " (one head)" or ""), { "G*c", "c_kv" }, { G * C, s.c_kv })
+    row("wv", "value projection", { "G*c", "c_kv" }, { G * C, s.c_kv })
+    if p.gated then row("wg", "gate projection", { "H*c", "c_in" }, { H * C, s.c_in }) end
+    row("wo", "output projection", { "c_in", "H*c" }, { s.c_in, H * C })
+    row("q", "queries, heads side by side", with(rows_x, "H", "c"), with(rows_x, H, C))
+    row("k", "keys", with(rows_kv, "G", "c"), with(rows_kv, G, C))
+    row("v", "values", with(rows_kv, "G", "c"), with(rows_kv, G, C))
+    if p.gated then row("g", "gate pre-activation", with(rows_x, "H", "c"), with(rows_x, H, C)) end
+    local rows_o = {}
+    for i, d in ipairs(rows_x) do rows_o[i] = (i == ax and p.global and not p.gated) and 1 or d end
+    row("o", "attention output, heads merged", with(rows_o, "H", "c"), with(rows_o, H, C))
+    row("out", "output", with(rows_o, "c_in"), with(rows_o, s.c_in))
+  end
+  if s.bias then row("bias", "logit bias (*, H, Sq, Sk)", s.bias, nil) end
+  if p.has_mask then
+    local m = {}
+    for _, d in ipairs(require("spec").batch_dims(s)) do insert(m, d) end
+    insert(m, s.Sk)
+    row("mask", "key mask, nonzero keeps (may have fewer dims)", m, nil)
+  end
+  local tile = { "QT*" .. p.HPG, "64" }
+  row("s", "scores of one tile: query rows x key tile", tile, { (p.global and 1 or math.max(1, 64 // p.HPG)) * p.HPG, 64 })
+  return out
+end
+
 function M.emit(p)
   local env = {}
   for k, v in pairs(p) do env[k] = v end
@@ -74,6 +136,7 @@ function M.emit(p)
   env.dim_names_c = #names > 0 and concat(names, ", ") or "0"
   env.dim_list = #names > 0 and concat((function() local t = {} for i, d in ipairs(p.dims) do t[i] = d.name end return t end)(), ", ") or "none"
   env.summary = summary(p)
+  env.buffers = buffers(p)
   env.mul = function(a, b)
     if b == 1 then return tostring(a) end
     if a == 1 then return tostring(b) end

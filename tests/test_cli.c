@@ -946,6 +946,27 @@ static void run_scheme(const char *scheme, const char *file, const char *outfile
   expect_rows_bias(outfile, 1, 3);
 }
 
+/* show --diff: what changes from MHA to GQA, with the symbol names masked */
+static void test_cli_show_diff(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "show", "mha x=B,S,64 heads=4", "--diff", "gqa x=B,S,64 heads=4 kv_heads=2");
+  EXPECT_EXIT0(r, "show --diff");
+  EXPECT_HAS(r, r.out, "--- mha x=B,S,64 heads=4", "diff header");
+  EXPECT_HAS(r, r.out, "+++ gqa x=B,S,64 heads=4 kv_heads=2", "diff header");
+  EXPECT_HAS(r, r.out, "\n- * 4 heads of width 16, MHA.", "the removed line");
+  EXPECT_HAS(r, r.out, "\n+ * 4 heads of width 16, GQA, 2 kv heads.", "the added line");
+  EXPECT_HAS(r, r.out, "\n@@ -", "a hunk");
+  assert_null(strstr(r.out, "name=attnc_")); /* names are masked as NAME */
+  EXPECT_HAS(r, r.out, "name=NAME", "the masked name");
+  cli_free(&r);
+  CLI(r, "show", "mha x=B,S,64 heads=4", "--diff", "mha x=B,S,64 haeds=4");
+  assert_true(r.status != 0);
+  EXPECT_HAS(r, r.err, "spec:1:15: error: unknown key 'haeds'", "an error in the second spec");
+  cli_free(&r);
+}
+
 static void test_cli_run_alphafold_names(void **state) { (void)state; run_scheme("af", "w_af.safetensors", "out_af.safetensors"); }
 static void test_cli_run_hf_names(void **state) { (void)state; run_scheme("hf", "w_hf.safetensors", "out_hf.safetensors"); }
 static void test_cli_run_torch_names(void **state) { (void)state; run_scheme("torch", "w_torch.safetensors", "out_torch.safetensors"); }
@@ -1345,6 +1366,7 @@ int main(void)
     cmocka_unit_test(test_cli_spec_file_equals_string),
     cmocka_unit_test(test_cli_spec_file_is_directory),
     cmocka_unit_test(test_cli_show),
+    cmocka_unit_test(test_cli_show_diff),
     cmocka_unit_test(test_cli_show_header),
     cmocka_unit_test(test_cli_explain),
     cmocka_unit_test(test_cli_explain_dims),
