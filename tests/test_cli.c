@@ -963,7 +963,7 @@ static void test_cli_show_diff(void **state)
   cli_free(&r);
   CLI(r, "show", "mha x=B,S,64 heads=4", "--diff", "mha x=B,S,64 haeds=4");
   assert_true(r.status != 0);
-  EXPECT_HAS(r, r.err, "spec:1:15: error: unknown key 'haeds'", "an error in the second spec");
+  EXPECT_HAS(r, r.err, "spec:1:14: error: unknown key 'haeds'", "an error in the second spec");
   cli_free(&r);
 }
 
