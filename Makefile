@@ -87,9 +87,9 @@ $(B)/libattnc.so: $(LIB_OBJ) $(B)/obj/tcc_shim.o runtime/attnc.map
 	@test -f $@
 
 # ---- the CLI (links the float64 reference for `attnc check`) ----
-$(B)/attnc: cli/attnc.c tests/checker.c tests/checker.h tests/reference.c tests/reference.h $(B)/libattnc.a
+$(B)/attnc: cli/attnc.c cli/heatmap.c cli/heatmap.h tests/checker.c tests/checker.h tests/reference.c tests/reference.h $(B)/libattnc.a
 	@echo "  CC      $@"
-	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ cli/attnc.c tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -Icli -o $@ cli/attnc.c cli/heatmap.c tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS)
 
 # ---- tests ----
 $(B)/tests/%: tests/%.c tests/checker.c tests/checker.h tests/reference.c tests/reference.h tests/testutil.h $(B)/libattnc.a
@@ -116,24 +116,38 @@ demo: all
 	@$(B)/attnc show @$(DEMO_SPEC) | sed -n '/^static void attend_tile/,/^}/p'
 
 # ---- AOT: every spec file -> C -> one static library ----
+# One object per spec, so `make aot` regenerates and recompiles only the
+# specs that changed (or all of them when build/attnc changes).  Prints
+# `[i/N] gen specs/x.attn` and `[i/N] cc build/aot/src/x.c`, i the spec's
+# place among the N spec files.  The .o is named after the spec file, the
+# .c/.h after the spec's `name=` (the C symbol prefix).
 AOT_DIR := $(B)/aot
+AOT_OBJ := $(SPECS:specs/%.attn=$(AOT_DIR)/obj/%.o)
+AOT_CFLAGS := -std=c99 -O2 -Wall -Wextra -Werror -pedantic -fPIC
 aot: $(AOT_DIR)/libattnc_kernels.a example
-$(AOT_DIR)/libattnc_kernels.a: $(B)/attnc $(SPECS)
-	@mkdir -p $(AOT_DIR)/src $(AOT_DIR)/obj
-	$(Q)set -e; objs=""; for s in $(SPECS); do \
-	  n=$$($(B)/attnc gen @$$s -o $(AOT_DIR)/src --print-name); \
-	  echo "  AOT     $$s -> $(AOT_DIR)/src/$$n.c"; \
-	  $(CC) -std=c99 -O2 -Wall -Wextra -Werror -pedantic -fPIC -c -o $(AOT_DIR)/obj/$$n.o $(AOT_DIR)/src/$$n.c; \
-	  objs="$$objs $(AOT_DIR)/obj/$$n.o"; \
-	done; rm -f $@; ar rcs $@ $$objs
+$(AOT_DIR)/libattnc_kernels.a: $(AOT_OBJ)
 	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+$(AOT_DIR)/obj/%.o: specs/%.attn $(B)/attnc
+	@mkdir -p $(AOT_DIR)/src $(AOT_DIR)/obj
+	$(Q)set -e; i=0; for s in $(SPECS); do i=$$((i + 1)); if [ "$$s" = "$<" ]; then break; fi; done; \
+	echo "[$$i/$(words $(SPECS))] gen $<"; \
+	n=$$($(B)/attnc gen @$< -o $(AOT_DIR)/src --print-name); \
+	echo "[$$i/$(words $(SPECS))] cc $(AOT_DIR)/src/$$n.c"; \
+	$(CC) $(AOT_CFLAGS) -c -o $@ $(AOT_DIR)/src/$$n.c
 
+# `make install PREFIX=/usr/local DESTDIR=`: the CLI, both libraries, the
+# header and a pkg-config file whose prefix is PREFIX (DESTDIR only stages).
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(B)/attnc $(DESTDIR)$(PREFIX)/bin/attnc
 	install -m 644 $(B)/libattnc.a $(DESTDIR)$(PREFIX)/lib/libattnc.a
 	install -m 755 $(B)/libattnc.so $(DESTDIR)$(PREFIX)/lib/libattnc.so
 	install -m 644 runtime/attnc.h $(DESTDIR)$(PREFIX)/include/attnc.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' \
+	    -e "s|@VERSION@|$$(sed -n 's/^#define ATTNC_VERSION "\(.*\)"/\1/p' runtime/attnc.h)|g" \
+	    runtime/attnc.pc.in >$(DESTDIR)$(PREFIX)/lib/pkgconfig/attnc.pc
+	chmod 644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/attnc.pc
 
 clean:
 	rm -rf $(B)
@@ -141,3 +155,9 @@ clean:
 # ---- the AOT example: one generated kernel, no Lua or tcc in the binary ----
 example: $(B)/attnc
 	@sh examples/aot/check.sh $(B)/attnc $(B)/example
+
+# ---- install into a temporary prefix, then build and run a program with
+# pkg-config (shared and static) outside the source tree ----
+.PHONY: install-check
+install-check: all
+	$(Q)MAKE='$(MAKE)' sh tests/install_check.sh

@@ -12,6 +12,7 @@
 #include "attnc.h"
 #include "internal.h"
 #include "checker.h"
+#include "heatmap.h"
 
 #define MAX_FILES 32
 #define MAX_DIMS 32
@@ -37,7 +38,7 @@ struct cli {
   char spec_name[512];
   const char *files[MAX_FILES];
   int nfiles;
-  const char *out, *prefix, *outdir, *diff;
+  const char *out, *prefix, *outdir, *diff, *save_attn, *heatmap;
   const char *dim_names[MAX_DIMS];
   int64_t dim_values[MAX_DIMS];
   int ndims;
@@ -64,9 +65,13 @@ static const char *help_for(const char *cmd)
 {
   if (strcmp(cmd, "run") == 0)
     return "usage: attnc run SPEC --tensors FILE... --out FILE [--prefix P] [--backend tcc|cc] [--threads N]\n"
+           "                [--save-attn FILE] [--heatmap FILE.svg]\n"
            "Binds weights and inputs by name from safetensors files (linear_q.weight, q_proj.weight,\n"
            "in_proj_weight, ...; inputs x, kv, bias, mask, q, k, v), infers named dims from the\n"
-           "inputs' shapes, runs the kernel and writes the tensor `out`.  --tensors may repeat.\n";
+           "inputs' shapes, runs the kernel and writes the tensor `out`.  --tensors may repeat.\n"
+           "--save-attn writes the attention weights (batch axes..., H, Sq, Sk) as the tensor `attn`\n"
+           "(computed in float64 by the reference); --heatmap draws them, one panel per head for\n"
+           "the first batch index, as a standalone SVG.\n";
   if (strcmp(cmd, "check") == 0)
     return "usage: attnc check SPEC [--dim NAME=N]... [--seed N] [--backend tcc|cc]\n"
            "Random weights and inputs, compared with the float64 reference; prints the max error.\n"
@@ -162,6 +167,8 @@ static int parse_args(struct cli *c, int argc, char **argv)
     } else if (strcmp(a, "--out") == 0 && v) { c->out = v; i++; }
     else if (strcmp(a, "--prefix") == 0 && v) { c->prefix = v; i++; }
     else if (strcmp(a, "--diff") == 0 && v) { c->diff = v; i++; }
+    else if (strcmp(a, "--save-attn") == 0 && v) { c->save_attn = v; i++; }
+    else if (strcmp(a, "--heatmap") == 0 && v) { c->heatmap = v; i++; }
     else if (strcmp(a, "-o") == 0 && v) { c->outdir = v; i++; }
     else if (strcmp(a, "--seed") == 0 && v) {
       if (parse_count(a, v, 0, 2147483647L, &n) != 0) return 2;
@@ -432,6 +439,34 @@ static int cmd_run(struct cli *c)
     if (!out.data) { fprintf(stderr, "attnc: error: out of memory for the output (%zu bytes)\n", n); goto done; }
     if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
     if (attnc_st_write(c->out, 1, &name, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  }
+  if (c->save_attn || c->heatmap) {
+    double *w = NULL;
+    long shape[ATTNC_MAX_RANK];
+    int rank = 0;
+    if (checker_weights(k, b, &w, &rank, shape, &e) != 0) { print_error(&e); goto done; }
+    if (c->save_attn) {
+      attnc_tensor at;
+      const char *name = "attn";
+      size_t n = 1, j;
+      float *f;
+      memset(&at, 0, sizeof at);
+      at.dtype = ATTNC_F32;
+      at.rank = rank;
+      for (i = 0; i < rank; i++) { at.shape[i] = shape[i]; n *= (size_t)shape[i]; }
+      f = malloc(n * sizeof *f + 1);
+      if (!f) { free(w); fprintf(stderr, "attnc: error: out of memory for the weights\n"); goto done; }
+      for (j = 0; j < n; j++) f[j] = (float)w[j];
+      at.data = f;
+      if (attnc_st_write(c->save_attn, 1, &name, &at, &e) != ATTNC_OK) { print_error(&e); free(f); free(w); goto done; }
+      free(f);
+    }
+    if (c->heatmap && attnc_heatmap_svg(c->heatmap, w, rank, shape, attnc_canonical(k)) != 0) {
+      fprintf(stderr, "attnc: error: cannot write %s: %s\n", c->heatmap, strerror(errno));
+      free(w);
+      goto done;
+    }
+    free(w);
   }
   rc = 0;
 done:

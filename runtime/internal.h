@@ -75,6 +75,10 @@ void attnc_pool_run(int nthreads, long items, attnc_pool_fn fn, void *ctx);
 /* ATTNC_THREADS, else the number of online CPUs. */
 int attnc_pool_default_threads(void);
 
+/* The tensor bound to a slot (after attnc_output_shape), or NULL; the mask as bytes. */
+const attnc_tensor *attnc_bindings_slot(const attnc_bindings *b, int slot);
+const unsigned char *attnc_bindings_mask_u8(const attnc_bindings *b);
+
 /* Slot names for messages ("x", "wq", ...). */
 const char *attnc_slot_name(int slot);
 

@@ -252,6 +252,12 @@ attnc_bindings *attnc_bindings_new(attnc_kernel *k)
   return b;
 }
 
+const attnc_tensor *attnc_bindings_slot(const attnc_bindings *b, int slot)
+{
+  return (b && slot >= 0 && slot < ATTNC_SLOT_COUNT && b->from[slot]) ? &b->t[slot] : NULL;
+}
+const unsigned char *attnc_bindings_mask_u8(const attnc_bindings *b) { return b ? b->mask_u8 : NULL; }
+
 int attnc_bindings_threads(const attnc_bindings *b) { return b ? b->threads : 0; }
 long attnc_bindings_scratch_bytes(const attnc_bindings *b) { return b ? b->scratch_bytes : 0; }
 const char *attnc_isa(void) { return attnc_prims_get()->isa; }

@@ -51,6 +51,52 @@ static const char *const WEIGHT_NAMES[] = {
   "linear_g.weight", "linear_g.bias", "linear_o.weight", "linear_o.bias"
 };
 
+/* The reference's view of a problem: its parameters and float64 tensors. */
+static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, ref_tensors *rt)
+{
+  int i;
+  memset(p, 0, sizeof *p);
+  memset(rt, 0, sizeof *rt);
+  p->core = g->core;
+  if (g->core) {
+    const attnc_tensor *q = &bufs[ATTNC_SLOT_Q].t, *kk = &bufs[ATTNC_SLOT_K].t;
+    p->rank = q->rank;
+    for (i = 0; i < q->rank; i++) { p->x[i] = (long)q->shape[i]; p->kv[i] = (long)kk->shape[i]; }
+    rt->q = bufs[ATTNC_SLOT_Q].ref; rt->k = bufs[ATTNC_SLOT_K].ref; rt->v = bufs[ATTNC_SLOT_V].ref;
+  } else {
+    const attnc_tensor *x = &bufs[ATTNC_SLOT_X].t, *kv = g->self ? x : &bufs[ATTNC_SLOT_KV].t;
+    p->rank = x->rank;
+    for (i = 0; i < x->rank; i++) { p->x[i] = (long)x->shape[i]; p->kv[i] = (long)kv->shape[i]; }
+    p->attn_axis = g->axis;
+    rt->x = bufs[ATTNC_SLOT_X].ref;
+    rt->kv = g->self ? NULL : bufs[ATTNC_SLOT_KV].ref;
+    rt->wq = bufs[ATTNC_SLOT_WQ].ref; rt->bq = bufs[ATTNC_SLOT_BQ].ref;
+    rt->wk = bufs[ATTNC_SLOT_WK].ref; rt->bk = bufs[ATTNC_SLOT_BK].ref;
+    rt->wv = bufs[ATTNC_SLOT_WV].ref; rt->bv = bufs[ATTNC_SLOT_BV].ref;
+    rt->wg = bufs[ATTNC_SLOT_WG].ref; rt->bg = bufs[ATTNC_SLOT_BG].ref;
+    rt->wo = bufs[ATTNC_SLOT_WO].ref; rt->bo = bufs[ATTNC_SLOT_BO].ref;
+  }
+  p->H = g->heads; p->G = g->kv_heads; p->c = g->head_dim;
+  p->qkv_bias = g->qkv_bias; p->out_bias = g->out_bias; p->gated = g->gated;
+  p->global = g->global; p->global_masked = g->global_masked;
+  if (g->has_bias) {
+    const attnc_tensor *bt = &bufs[ATTNC_SLOT_BIAS].t;
+    p->has_bias = 1; p->bias_rank = bt->rank;
+    for (i = 0; i < bt->rank; i++) p->bias[i] = (long)bt->shape[i];
+    rt->bias = bufs[ATTNC_SLOT_BIAS].ref;
+  }
+  if (g->has_mask) {
+    const attnc_tensor *mt = &bufs[ATTNC_SLOT_MASK].t;
+    p->has_mask = 1; p->mask_rank = mt->rank;
+    for (i = 0; i < mt->rank; i++) p->mask[i] = (long)mt->shape[i];
+    rt->mask = bufs[ATTNC_SLOT_MASK].ref;
+  }
+  p->causal = g->causal;
+  p->has_window = g->has_window; p->wl = (long)g->window_l; p->wr = (long)g->window_r;
+  p->scale = g->scale;
+  p->empty_rows = g->empty_rows;
+}
+
 struct checker_inputs {
   struct buf bufs[ATTNC_SLOT_COUNT];
   int64_t dims[64];
@@ -163,46 +209,7 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   r->status = attnc_run(b, &out, &r->err);
   if (r->status != ATTNC_OK) goto done;
 
-  memset(&p, 0, sizeof p);
-  memset(&rt, 0, sizeof rt);
-  p.core = g->core;
-  if (g->core) {
-    const attnc_tensor *q = &bufs[ATTNC_SLOT_Q].t, *kk = &bufs[ATTNC_SLOT_K].t;
-    p.rank = q->rank;
-    for (i = 0; i < q->rank; i++) { p.x[i] = (long)q->shape[i]; p.kv[i] = (long)kk->shape[i]; }
-    rt.q = bufs[ATTNC_SLOT_Q].ref; rt.k = bufs[ATTNC_SLOT_K].ref; rt.v = bufs[ATTNC_SLOT_V].ref;
-  } else {
-    const attnc_tensor *x = &bufs[ATTNC_SLOT_X].t, *kv = g->self ? x : &bufs[ATTNC_SLOT_KV].t;
-    p.rank = x->rank;
-    for (i = 0; i < x->rank; i++) { p.x[i] = (long)x->shape[i]; p.kv[i] = (long)kv->shape[i]; }
-    p.attn_axis = g->axis;
-    rt.x = bufs[ATTNC_SLOT_X].ref;
-    rt.kv = g->self ? NULL : bufs[ATTNC_SLOT_KV].ref;
-    rt.wq = bufs[ATTNC_SLOT_WQ].ref; rt.bq = bufs[ATTNC_SLOT_BQ].ref;
-    rt.wk = bufs[ATTNC_SLOT_WK].ref; rt.bk = bufs[ATTNC_SLOT_BK].ref;
-    rt.wv = bufs[ATTNC_SLOT_WV].ref; rt.bv = bufs[ATTNC_SLOT_BV].ref;
-    rt.wg = bufs[ATTNC_SLOT_WG].ref; rt.bg = bufs[ATTNC_SLOT_BG].ref;
-    rt.wo = bufs[ATTNC_SLOT_WO].ref; rt.bo = bufs[ATTNC_SLOT_BO].ref;
-  }
-  p.H = g->heads; p.G = g->kv_heads; p.c = g->head_dim;
-  p.qkv_bias = g->qkv_bias; p.out_bias = g->out_bias; p.gated = g->gated;
-  p.global = g->global; p.global_masked = g->global_masked;
-  if (g->has_bias) {
-    const attnc_tensor *bt = &bufs[ATTNC_SLOT_BIAS].t;
-    p.has_bias = 1; p.bias_rank = bt->rank;
-    for (i = 0; i < bt->rank; i++) p.bias[i] = (long)bt->shape[i];
-    rt.bias = bufs[ATTNC_SLOT_BIAS].ref;
-  }
-  if (g->has_mask) {
-    const attnc_tensor *mt = &bufs[ATTNC_SLOT_MASK].t;
-    p.has_mask = 1; p.mask_rank = mt->rank;
-    for (i = 0; i < mt->rank; i++) p.mask[i] = (long)mt->shape[i];
-    rt.mask = bufs[ATTNC_SLOT_MASK].ref;
-  }
-  p.causal = g->causal;
-  p.has_window = g->has_window; p.wl = (long)g->window_l; p.wr = (long)g->window_r;
-  p.scale = g->scale;
-  p.empty_rows = g->empty_rows;
+  make_problem(g, bufs, &p, &rt);
   if (ref_attention(&p, &rt, ref_out) != 0) {
     r->status = attnc_err_set(&r->err, ATTNC_EGEN, "the reference rejected this problem");
     goto done;
@@ -235,4 +242,53 @@ done:
   attnc_bindings_free(b);
   attnc_release(k);
   return r->ok;
+}
+
+/* Attention weights of what b holds, by the float64 reference. */
+int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *rank, long *shape, attnc_error *err)
+{
+  const attnc_gen *g = attnc_kernel_gen(k);
+  struct buf bufs[ATTNC_SLOT_COUNT];
+  ref_problem p;
+  ref_tensors rt;
+  double *out = NULL, *w = NULL;
+  long nw, no, shp[REF_MAX_RANK];
+  int slot, r, rc = -1;
+  attnc_tensor shape_out;
+  memset(bufs, 0, sizeof bufs);
+  if (attnc_output_shape(b, &shape_out, err) != ATTNC_OK) return -1;
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+    const attnc_tensor *t = attnc_bindings_slot(b, slot);
+    size_t n = 1, i;
+    int a;
+    if (!g->used[slot] || !t) continue;
+    for (a = 0; a < t->rank; a++) n *= (size_t)t->shape[a];
+    bufs[slot].t = *t;
+    bufs[slot].ref = malloc(n * sizeof(double) + 1);
+    if (!bufs[slot].ref) goto done;
+    for (i = 0; i < n; i++) {
+      if (slot == ATTNC_SLOT_MASK) {
+        bufs[slot].ref[i] = attnc_bindings_mask_u8(b)[i] ? 1.0 : 0.0;
+      } else {
+        bufs[slot].ref[i] = t->dtype == ATTNC_F32 ? (double)((const float *)t->data)[i] : ((const double *)t->data)[i];
+      }
+    }
+  }
+  make_problem(g, bufs, &p, &rt);
+  nw = ref_weights_shape(&p, rank, shape);
+  no = ref_output_shape(&p, &r, shp);
+  if (nw < 0 || no < 0) { attnc_err_set(err, ATTNC_EBIND, "the reference rejected these tensors"); goto done; }
+  w = malloc((size_t)nw * sizeof(double) + 1);
+  out = malloc((size_t)no * sizeof(double) + 1);
+  if (!w || !out) { attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the attention weights"); goto done; }
+  rt.weights = w;
+  if (ref_attention(&p, &rt, out) != 0) { attnc_err_set(err, ATTNC_EBIND, "the reference rejected these tensors"); goto done; }
+  *weights = w;
+  w = NULL;
+  rc = 0;
+done:
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) free(bufs[slot].ref);
+  free(w);
+  free(out);
+  return rc;
 }

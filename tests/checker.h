@@ -38,6 +38,10 @@ typedef struct checker_inputs checker_inputs;
 checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const checker_opts *o, attnc_error *err);
 void checker_inputs_free(checker_inputs *in);
 
+/* The attention weights (batch axes..., H, Sq, Sk) of the tensors bound to
+ * b, computed by the float64 reference; *weights is malloc'd.  0 or -1. */
+int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *rank, long *shape, attnc_error *err);
+
 /* Returns r->ok. */
 int checker_run(const char *spec, const checker_opts *o, checker_result *r);
 

@@ -248,7 +248,7 @@ static double sigmoid(double z) { return 1.0 / (1.0 + exp(-z)); }
 static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g,
                        const long *bidx, int h, long i, const double *q_i,
                        const double *k, const double *v, long kv_stride,
-                       double *w, char *vis, double *o)
+                       double *w, char *vis, double *o, double *wout)
 {
   long Sk = g->Sk, c = g->c, nvis = 0;
   double m = 0.0, sum = 0.0;   /* m: row max, set by the first visible key */
@@ -267,6 +267,8 @@ static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g
     if (p->empty_rows != REF_EMPTY_UNIFORM) {
       double fill = p->empty_rows == REF_EMPTY_ZERO ? 0.0 : NAN;
       for (long d = 0; d < c; d++) o[d] = fill;
+      if (wout)
+        for (long j = 0; j < Sk; j++) wout[j] = fill;
       return;
     }
     /* UNIFORM: every key, visible or not, gets weight 1/Sk. */
@@ -287,6 +289,8 @@ static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g
     for (long j = 0; j < Sk; j++) s += w[j] * v[j * kv_stride + d];
     o[d] = s / sum;
   }
+  if (wout)
+    for (long j = 0; j < Sk; j++) wout[j] = w[j] / sum;
 }
 
 static int run_core(const ref_problem *p, const ref_tensors *t, const geom *g, double *out)
@@ -311,7 +315,8 @@ static int run_core(const ref_problem *p, const ref_tensors *t, const geom *g, d
       long kvh = h / (H / G);   /* GQA: H/G consecutive query heads share one kv head */
       for (long i = 0; i < Sq; i++)
         attend_row(p, t, g, bidx, h, i, q_b + (h * Sq + i) * c, k_b + kvh * Sk * c,
-                   v_b + kvh * Sk * c, c, w, vis, o_b + (h * Sq + i) * c);
+                   v_b + kvh * Sk * c, c, w, vis, o_b + (h * Sq + i) * c,
+                   t->weights ? t->weights + ((b * H + h) * Sq + i) * Sk : NULL);
     }
   }
   free(w);
@@ -371,7 +376,8 @@ static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g, d
       long kvh = p->global ? 0 : h / (H / G);
       for (long i = 0; i < g->Sl; i++)
         attend_row(p, t, g, bidx, h, i, q + i * hc + h * c, k + kvh * c, v + kvh * c,
-                   kvw, w, vis, o + i * hc + h * c);
+                   kvw, w, vis, o + i * hc + h * c,
+                   t->weights ? t->weights + ((b * H + h) * g->Sl + i) * Sk : NULL);
     }
 
     /* gate and output projection, per output position.  Global + gated
@@ -395,6 +401,21 @@ static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g, d
   free(o_i);
   free(gate);
   return rc;
+}
+
+long ref_weights_shape(const ref_problem *p, int *rank, long *shape)
+{
+  geom g;
+  long n = 1;
+  int a;
+  if (resolve(p, &g) != 0) return -1;
+  for (a = 0; a < g.nb; a++) shape[a] = g.batch[a];
+  shape[g.nb] = g.H;
+  shape[g.nb + 1] = g.Sl;
+  shape[g.nb + 2] = g.Sk;
+  *rank = g.nb + 3;
+  for (a = 0; a < *rank; a++) n *= shape[a];
+  return n;
 }
 
 int ref_attention(const ref_problem *p, const ref_tensors *t, double *out)

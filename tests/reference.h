@@ -32,10 +32,14 @@ typedef struct ref_tensors {
   const double *x, *kv, *bias, *mask;   /* full mode inputs */
   const double *q, *k, *v;              /* core mode inputs */
   const double *wq, *bq, *wk, *bk, *wv, *bv, *wg, *bg, *wo, *bo;
+  double *weights;   /* optional output: the attention weights, ref_weights_shape() */
 } ref_tensors;
 
 /* Output shape: rank and dims; returns element count. */
 long ref_output_shape(const ref_problem *p, int *rank, long *shape);
+/* Shape of the attention weights: (batch axes..., H, Sq, Sk), Sq = 1 for
+ * global; returns the element count. */
+long ref_weights_shape(const ref_problem *p, int *rank, long *shape);
 /* Compute out (ref_output_shape elements).  Returns 0, or -1 on a bad problem. */
 int ref_attention(const ref_problem *p, const ref_tensors *t, double *out);
 

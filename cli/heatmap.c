@@ -1,0 +1,104 @@
+/* Attention weights as a standalone SVG: one heatmap per head (first batch
+ * index), with axes, tick labels and a colour scale.  Large maps are
+ * averaged down to at most MAX_CELLS cells a side so files stay small. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "heatmap.h"
+
+#define MAX_CELLS 128
+#define PANEL 240.0
+#define MARGIN 56.0
+
+/* A perceptually ordered scale (dark blue -> green -> yellow). */
+static void colour(double t, int *r, int *g, int *b)
+{
+  static const double stops[5][3] = {
+    { 68, 1, 84 }, { 59, 82, 139 }, { 33, 145, 140 }, { 94, 201, 98 }, { 253, 231, 37 }
+  };
+  double x;
+  int i;
+  if (!(t >= 0)) t = 0;
+  if (t > 1) t = 1;
+  x = t * 4;
+  i = (int)x;
+  if (i > 3) i = 3;
+  x -= i;
+  *r = (int)(stops[i][0] + (stops[i + 1][0] - stops[i][0]) * x + 0.5);
+  *g = (int)(stops[i][1] + (stops[i + 1][1] - stops[i][1]) * x + 0.5);
+  *b = (int)(stops[i][2] + (stops[i + 1][2] - stops[i][2]) * x + 0.5);
+}
+
+int attnc_heatmap_svg(const char *path, const double *w, int rank, const long *shape, const char *title)
+{
+  long H = shape[rank - 3], Sq = shape[rank - 2], Sk = shape[rank - 1], h, i, j;
+  long cq = Sq < MAX_CELLS ? Sq : MAX_CELLS, ck = Sk < MAX_CELLS ? Sk : MAX_CELLS;
+  int cols = H < 4 ? (int)H : 4, rows = (int)((H + cols - 1) / cols);
+  double cw = PANEL / ck, chh = PANEL / cq, vmax = 0, width, height;
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  for (i = 0; i < H * Sq * Sk; i++)
+    if (w[i] > vmax) vmax = w[i];
+  if (vmax <= 0) vmax = 1;
+  width = cols * (PANEL + MARGIN) + MARGIN + 90;
+  height = rows * (PANEL + MARGIN + 24) + MARGIN;
+  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+             "font-family=\"sans-serif\" font-size=\"11\">\n", width, height, width, height);
+  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"13\">", MARGIN);
+  for (i = 0; title[i]; i++) { /* escape for XML */
+    char ch = title[i];
+    if (ch == '<') fputs("&lt;", f); else if (ch == '>') fputs("&gt;", f); else if (ch == '&') fputs("&amp;", f);
+    else fputc(ch, f);
+  }
+  fprintf(f, "</text>\n");
+  for (h = 0; h < H; h++) {
+    double x0 = MARGIN + (h % cols) * (PANEL + MARGIN), y0 = 40 + (h / cols) * (PANEL + MARGIN + 24);
+    fprintf(f, "<g class=\"head\" id=\"head%ld\">\n", h);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\">head %ld</text>\n", x0, y0 - 6, h);
+    for (i = 0; i < cq; i++)
+      for (j = 0; j < ck; j++) {
+        long i0 = i * Sq / cq, i1 = (i + 1) * Sq / cq, j0 = j * Sk / ck, j1 = (j + 1) * Sk / ck, a, b2, n = 0;
+        double s = 0;
+        int r, g, b, nan = 0;
+        for (a = i0; a < i1; a++)
+          for (b2 = j0; b2 < j1; b2++) {
+            double v = w[(h * Sq + a) * Sk + b2];
+            if (isnan(v)) nan = 1; else s += v;
+            n++;
+          }
+        if (nan) { r = g = b = 160; }
+        else colour(s / n / vmax, &r, &g, &b);
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#%02x%02x%02x\"/>\n",
+                x0 + j * cw, y0 + i * chh, cw + 0.02, chh + 0.02, r, g, b);
+      }
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"black\"/>\n", x0, y0, PANEL, PANEL);
+    /* ticks: first, middle and last index on each axis */
+    for (i = 0; i < 3; i++) {
+      long kq = i == 0 ? 0 : (i == 1 ? Sq / 2 : Sq - 1), kk = i == 0 ? 0 : (i == 1 ? Sk / 2 : Sk - 1);
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%ld</text>\n", x0 - 4, y0 + (kq + 0.5) * PANEL / Sq + 4, kq);
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%ld</text>\n", x0 + (kk + 0.5) * PANEL / Sk, y0 + PANEL + 14, kk);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">key j</text>\n", x0 + PANEL / 2, y0 + PANEL + 28);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 %.1f %.1f)\">query i</text>\n",
+            x0 - 34, y0 + PANEL / 2, x0 - 34, y0 + PANEL / 2);
+    fprintf(f, "</g>\n");
+  }
+  { /* the colour scale */
+    double x0 = width - 80, y0 = 40;
+    int k;
+    fprintf(f, "<g id=\"scale\">\n<text x=\"%.1f\" y=\"%.1f\">weight</text>\n", x0, y0 - 6);
+    for (k = 0; k < 50; k++) {
+      int r, g, b;
+      colour(1 - k / 49.0, &r, &g, &b);
+      fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"%.2f\" fill=\"#%02x%02x%02x\"/>\n", x0, y0 + k * PANEL / 50,
+              PANEL / 50 + 0.05, r, g, b);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%.3g</text>\n", x0 + 20, y0 + 8, vmax);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">0</text>\n</g>\n", x0 + 20, y0 + PANEL);
+  }
+  fprintf(f, "</svg>\n");
+  return fclose(f) == 0 ? 0 : -1;
+}
