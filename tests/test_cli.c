@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "attnc.h"
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -967,6 +969,75 @@ static void test_cli_show_diff(void **state)
   cli_free(&r);
 }
 
+/* run --save-attn / --heatmap on a golden case: causal + padding, 2 heads */
+static void test_cli_run_save_attn(void **state)
+{
+  cli_result r;
+  char tensors[1024], attn[1024], svg[1024];
+  const char *spec = "mha x=B,S,16 heads=2 causal mask=key";
+  attnc_error e;
+  attnc_safetensors *f, *in;
+  attnc_tensor w, mask;
+  (void)state;
+  char out[1024];
+  assert_non_null(realpath("tests/golden/mha_causal_pad_inproj.safetensors", tensors));
+  snprintf(attn, sizeof attn, "%s/attn.safetensors", g_dir);
+  snprintf(svg, sizeof svg, "%s/heat.svg", g_dir);
+  snprintf(out, sizeof out, "%s/o.safetensors", g_dir);
+  CLI(r, "run", spec, "--tensors", tensors, "--out", out, "--save-attn", attn, "--heatmap", svg);
+  EXPECT_EXIT0(r, "run --save-attn");
+  cli_free(&r);
+  f = attnc_st_open(attn, &e);
+  assert_non_null(f);
+  in = attnc_st_open(tensors, &e);
+  assert_non_null(in);
+  assert_int_equal(attnc_st_find(f, "attn", &w), ATTNC_OK);
+  assert_int_equal(attnc_st_find(in, "mask", &mask), ATTNC_OK);
+  assert_int_equal(w.rank, 4); /* (B, H, Sq, Sk) */
+  assert_int_equal(w.shape[1], 2);
+  assert_int_equal(w.shape[2], w.shape[3]);
+  {
+    long B = (long)w.shape[0], H = 2, S = (long)w.shape[2], b, h, i, j;
+    const float *a = w.data;
+    const unsigned char *m = mask.data; /* BOOL in this case */
+    for (b = 0; b < B; b++)
+      for (h = 0; h < H; h++)
+        for (i = 0; i < S; i++) {
+          double sum = 0;
+          int any = 0;
+          for (j = 0; j < S; j++) {
+            float v = a[((b * H + h) * S + i) * S + j];
+            if (j > i || !m[b * S + j]) assert_true(v == 0.0f); /* causal and padding hide the key */
+            else any = 1;
+            sum += v;
+          }
+          if (any) assert_true(fabs(sum - 1.0) < 1e-5);
+          else assert_true(sum == 0.0); /* empty_rows=zero */
+        }
+  }
+  attnc_st_close(f);
+  attnc_st_close(in);
+  {
+    FILE *fp = fopen(svg, "r");
+    char buf[1 << 16];
+    size_t n;
+    int panels = 0;
+    const char *p;
+    assert_non_null(fp);
+    n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    assert_true(strncmp(buf, "<?xml", 5) == 0);
+    assert_non_null(strstr(buf, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert_non_null(strstr(buf, "</svg>"));
+    for (p = buf; (p = strstr(p, "class=\"head\"")) != NULL; p++) panels++;
+    assert_int_equal(panels, 2);
+    assert_non_null(strstr(buf, "key j"));
+    assert_non_null(strstr(buf, "query i"));
+    assert_non_null(strstr(buf, "id=\"scale\""));
+  }
+}
+
 static void test_cli_run_alphafold_names(void **state) { (void)state; run_scheme("af", "w_af.safetensors", "out_af.safetensors"); }
 static void test_cli_run_hf_names(void **state) { (void)state; run_scheme("hf", "w_hf.safetensors", "out_hf.safetensors"); }
 static void test_cli_run_torch_names(void **state) { (void)state; run_scheme("torch", "w_torch.safetensors", "out_torch.safetensors"); }
@@ -1367,6 +1438,7 @@ int main(void)
     cmocka_unit_test(test_cli_spec_file_is_directory),
     cmocka_unit_test(test_cli_show),
     cmocka_unit_test(test_cli_show_diff),
+    cmocka_unit_test(test_cli_run_save_attn),
     cmocka_unit_test(test_cli_show_header),
     cmocka_unit_test(test_cli_explain),
     cmocka_unit_test(test_cli_explain_dims),
