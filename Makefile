@@ -98,6 +98,9 @@ $(B)/tests/%: tests/%.c tests/checker.c tests/checker.h tests/reference.c tests/
 	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS) -lcmocka
 
 test: all $(TESTS:%=$(B)/tests/%)
+	@echo "== docs/tutorial.md is current (tools/tutorial.sh)"
+	@tools/tutorial.sh $(B)/attnc | diff -u docs/tutorial.md - > /dev/null || { \
+	  echo "docs/tutorial.md is stale: run tools/tutorial.sh $(B)/attnc > docs/tutorial.md"; exit 1; }
 	@echo "== AOT example (examples/aot/check.sh)"
 	@sh examples/aot/check.sh $(B)/attnc $(B)/example
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \

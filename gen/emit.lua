@@ -47,7 +47,7 @@ local function summary(p)
   local kind = (p.G == p.H) and "MHA" or ((p.G == 1) and "MQA" or "GQA")
   if p.global then kind = "global (one k/v head)" end
   insert(out, sformat("%d heads of width %d, %s%s.", p.H, p.C, kind,
-    (p.G ~= p.H and not p.global) and sformat(", %d kv heads", p.G) or ""))
+    (p.G ~= p.H and not p.global) and sformat(", %d kv head%s", p.G, p.G == 1 and "" or "s") or ""))
   local steps = {}
   if not p.core then insert(steps, "project") end
   insert(steps, "split heads")
