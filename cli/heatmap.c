@@ -35,28 +35,42 @@ int attnc_heatmap_svg(const char *path, const double *w, int rank, const long *s
   long H = shape[rank - 3], Sq = shape[rank - 2], Sk = shape[rank - 1], h, i, j;
   long cq = Sq < MAX_CELLS ? Sq : MAX_CELLS, ck = Sk < MAX_CELLS ? Sk : MAX_CELLS;
   int cols = H < 4 ? (int)H : 4, rows = (int)((H + cols - 1) / cols);
-  double cw = PANEL / ck, chh = PANEL / cq, vmax = 0, width, height;
+  double cw = PANEL / ck, chh = PANEL / cq, vmax = 0, width, height, top;
+  int lines = 1;
+  size_t len = 0, col = 0;
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   for (i = 0; i < H * Sq * Sk; i++)
     if (w[i] > vmax) vmax = w[i];
   if (vmax <= 0) vmax = 1;
   width = cols * (PANEL + MARGIN) + MARGIN + 90;
-  height = rows * (PANEL + MARGIN + 24) + MARGIN;
+  /* the title wraps at spaces to fit the width (about 6.5 px a character) */
+  for (len = 0; title[len]; len++) {
+    if (title[len] == ' ' && col > (size_t)((width - 2 * MARGIN) / 6.5)) { lines++; col = 0; }
+    col++;
+  }
+  top = 24 + 15 * lines;
+  height = top + rows * (PANEL + MARGIN + 24);
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
              "font-family=\"sans-serif\" font-size=\"11\">\n", width, height, width, height);
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"13\">", MARGIN);
-  for (i = 0; title[i]; i++) { /* escape for XML */
+  fprintf(f, "<text x=\"%.0f\" y=\"18\" font-size=\"11\"><tspan x=\"%.0f\" dy=\"0\">", MARGIN, MARGIN);
+  for (i = 0, col = 0; title[i]; i++) { /* wrapped as counted above; escaped for XML */
     char ch = title[i];
+    if (ch == ' ' && col > (size_t)((width - 2 * MARGIN) / 6.5)) {
+      fprintf(f, "</tspan><tspan x=\"%.0f\" dy=\"15\">", MARGIN);
+      col = 0;
+      continue;
+    }
+    col++;
     if (ch == '<') fputs("&lt;", f); else if (ch == '>') fputs("&gt;", f); else if (ch == '&') fputs("&amp;", f);
     else fputc(ch, f);
   }
-  fprintf(f, "</text>\n");
+  fprintf(f, "</tspan></text>\n");
   for (h = 0; h < H; h++) {
-    double x0 = MARGIN + (h % cols) * (PANEL + MARGIN), y0 = 40 + (h / cols) * (PANEL + MARGIN + 24);
-    fprintf(f, "<g class=\"head\" id=\"head%ld\">\n", h);
+    double x0 = MARGIN + (h % cols) * (PANEL + MARGIN), y0 = top + (h / cols) * (PANEL + MARGIN + 24);
+    fprintf(f, "<g class=\"head\" id=\"head%ld\" shape-rendering=\"crispEdges\">\n", h);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\">head %ld</text>\n", x0, y0 - 6, h);
     for (i = 0; i < cq; i++)
       for (j = 0; j < ck; j++) {
@@ -87,7 +101,7 @@ int attnc_heatmap_svg(const char *path, const double *w, int rank, const long *s
     fprintf(f, "</g>\n");
   }
   { /* the colour scale */
-    double x0 = width - 80, y0 = 40;
+    double x0 = width - 80, y0 = top;
     int k;
     fprintf(f, "<g id=\"scale\">\n<text x=\"%.1f\" y=\"%.1f\">weight</text>\n", x0, y0 - 6);
     for (k = 0; k < 50; k++) {

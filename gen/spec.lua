@@ -78,11 +78,15 @@ local function distance(a, b)
 end
 
 local function suggest(word, candidates)
-  -- at most 2 edits, and fewer than half the word: no 'x' for every short typo
+  -- at most 2 edits (1 for words under 3 letters: no 'x' for every short typo)
   local best, bestd = nil, (#word >= 3) and 3 or 2
+  if #word > 32 then return nil end -- no key is that long; keeps refusals of huge words fast
   for _, c in ipairs(candidates) do
-    local d = distance(word, c)
-    if d < bestd then best, bestd = c, d end
+    -- the distance is at least the difference in length: skip what cannot win
+    if math.abs(#word - #c) < bestd then
+      local d = distance(word, c)
+      if d < bestd then best, bestd = c, d end
+    end
   end
   return best
 end
@@ -399,6 +403,13 @@ function M.parse(text)
       end
       fail(raw.heads.pos, "head_dim = width %d / heads %d = %d is more than the limit %d; use more heads or give head_dim",
            cin, H, c, M.MAX_HEAD_DIM)
+    end
+
+    -- the weights must fit the same per-tensor limit as the inputs
+    local hc, gc = H * c, (global and 1 or G) * c
+    if hc * cin > M.MAX_ELEMS or gc * ckv > M.MAX_ELEMS then
+      fail(raw.heads.pos, "the projection weights would have %.3g elements (heads*head_dim x width), more than the limit 2^40",
+           math.max(hc * cin, gc * ckv) + 0.0)
     end
 
     local qkv_default = true

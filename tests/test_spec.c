@@ -1803,9 +1803,28 @@ static void test_spec_injection_non_ascii(void **state)
 
 /* ------------------------------------------------------------------- main */
 
+/* A 64 KiB unknown word is refused (quickly: suggestions skip words no key
+ * could be close to), with its text shortened in the message. */
+static void test_spec_error_huge_unknown_word(void **state)
+{
+  char *spec = malloc(65536);
+  char buf[256];
+  attnc_error e;
+  (void)state;
+  assert_non_null(spec);
+  memset(spec, 'a', 65535);
+  spec[65535] = '\0';
+  assert_int_equal(attnc_spec_canonical(spec, NULL, buf, sizeof buf, &e), ATTNC_ESPEC);
+  assert_int_equal(e.line, 1);
+  assert_int_equal(e.col, 1);
+  assert_non_null(strstr(e.message, "unknown word 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...'"));
+  free(spec);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_spec_error_huge_unknown_word),
     cmocka_unit_test(test_spec_preset_alphafold),
     cmocka_unit_test(test_spec_preset_mha),
     cmocka_unit_test(test_spec_preset_mqa),

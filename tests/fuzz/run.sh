@@ -42,7 +42,13 @@ replay() {
   mkdir -p "$work"
   bad=""
   for f in "$@"; do
-    "$bin" -timeout=10 "$f" >"$work/replay.log" 2>&1 || bad="$bad $(basename "$f")"
+    log=$work/replay-$(basename "$f").log
+    if ! "$bin" -timeout=10 "$f" >"$log" 2>&1; then
+      why=$(grep -m 1 -e '^==[0-9]*==ERROR' -e 'ALARM' -e 'attnc fuzz check failed' -e 'runtime error' "$log" |
+        cut -c 1-100)
+      bad="$bad
+    $(basename "$f"): ${why:-failed} (log: $log)"
+    fi
   done
   if [ -n "$bad" ]; then
     printf '%-18s %d regression input(s), still failing:%s\n' "fuzz_$h" "$#" "$bad"
