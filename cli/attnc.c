@@ -19,18 +19,32 @@
 
 static const char *USAGE =
   "usage: attnc COMMAND SPEC [options]\n"
+  "       attnc --help | --version\n"
   "\n"
-  "SPEC is a spec string (quote it) or @FILE.\n"
+  "SPEC is a spec string (quote it) or @FILE, a spec file where # starts a comment;\n"
+  "the language is in docs/spec.md.  For example:\n"
+  "  attnc check \"mha x=B,S,512 heads=8 causal\" --dim B=2 --dim S=33\n"
   "\n"
   "commands:\n"
-  "  run      load weights and inputs from safetensors, write out\n"
+  "  run      load weights and inputs from safetensors, run the kernel, write out\n"
   "  check    random weights and inputs vs the float64 reference\n"
   "  gen      write NAME.c and NAME.h for an ahead-of-time build\n"
-  "  show     print the generated C\n"
-  "  explain  canonical spec, tensors, bytes, FLOPs\n"
+  "  show     print the generated C (or its header, or a diff between two specs)\n"
+  "  explain  canonical spec, tensors, bytes, FLOPs, scratch, arithmetic intensity\n"
   "  bench    time the kernel\n"
   "\n"
-  "`attnc COMMAND --help` describes each.\n";
+  "`attnc COMMAND --help` describes each.\n"
+  "\n"
+  "environment:\n"
+  "  ATTNC_BACKEND=cc        compile with the system C compiler instead of libtcc\n"
+  "  ATTNC_CC, ATTNC_CC_FLAGS  that compiler (default cc) and extra flags\n"
+  "  ATTNC_CACHE_DIR         cache of cc-built kernels (default ~/.cache/attnc)\n"
+  "  ATTNC_THREADS           threads per run (default: all CPUs)\n"
+  "  ATTNC_DUMP_DIR          write the C of every compiled kernel to this folder\n"
+  "  ATTNC_SRC_DIR           read gen/ and templates/ from this source tree\n"
+  "\n"
+  "exit status: 0 success; 1 the command failed (spec, file or kernel error; check: a\n"
+  "mismatch); 2 bad usage (check: also when it cannot run).\n";
 
 struct cli {
   const char *cmd;
@@ -64,31 +78,61 @@ static int fail(const char *fmt, const char *arg)
 static const char *help_for(const char *cmd)
 {
   if (strcmp(cmd, "run") == 0)
-    return "usage: attnc run SPEC --tensors FILE... --out FILE [--prefix P] [--backend tcc|cc] [--threads N]\n"
-           "                [--save-attn FILE] [--heatmap FILE.svg]\n"
+    return "usage: attnc run SPEC --tensors FILE... --out FILE [--prefix P] [--dim NAME=N]...\n"
+           "                [--backend tcc|cc] [--threads N] [--save-attn FILE] [--heatmap FILE.svg]\n"
            "Binds weights and inputs by name from safetensors files (linear_q.weight, q_proj.weight,\n"
            "in_proj_weight, ...; inputs x, kv, bias, mask, q, k, v), infers named dims from the\n"
-           "inputs' shapes, runs the kernel and writes the tensor `out`.  --tensors may repeat.\n"
-           "--save-attn writes the attention weights (batch axes..., H, Sq, Sk) as the tensor `attn`\n"
-           "(computed in float64 by the reference); --heatmap draws them, one panel per head for\n"
-           "the first batch index, as a standalone SVG.\n";
+           "inputs' shapes, runs the kernel and writes the tensor `out`.\n"
+           "  --tensors FILE      a safetensors file of weights and/or inputs; repeat for more files\n"
+           "  --out FILE          the safetensors file to write `out` to (replaced atomically)\n"
+           "  --prefix P          take weights named P + name (one layer of a checkpoint, e.g.\n"
+           "                      model.layers.0.self_attn.); inputs match with or without P\n"
+           "  --dim NAME=N        set a named dim instead of inferring it from the inputs\n"
+           "  --backend tcc|cc    libtcc in memory, or the system C compiler (cached); default\n"
+           "                      ATTNC_BACKEND, else tcc\n"
+           "  --threads N         threads for the run (default ATTNC_THREADS, else all CPUs)\n"
+           "  --save-attn FILE    write the attention weights (batch axes..., H, Sq, Sk) as the\n"
+           "                      tensor `attn` (computed in float64 by the reference)\n"
+           "  --heatmap FILE.svg  draw them, one panel per head for the first batch index, as a\n"
+           "                      standalone SVG\n";
   if (strcmp(cmd, "check") == 0)
-    return "usage: attnc check SPEC [--dim NAME=N]... [--seed N] [--backend tcc|cc]\n"
-           "Random weights and inputs, compared with the float64 reference; prints the max error.\n"
-           "Exit status 1 on a mismatch.  Unset named dims default to 7.\n";
+    return "usage: attnc check SPEC [--dim NAME=N]... [--seed N] [--backend tcc|cc] [--threads N]\n"
+           "Compiles the kernel, runs it on random weights and inputs and compares the output with\n"
+           "the float64 reference; prints the canonical spec and the max error against the tolerance.\n"
+           "  --dim NAME=N        size of a named dim (unset ones are 7)\n"
+           "  --seed N            random seed (default 0): the same seed gives the same data\n"
+           "  --backend tcc|cc    the backend to check (default ATTNC_BACKEND, else tcc)\n"
+           "  --threads N         threads for the run\n"
+           "Exit status 0 within tolerance, 1 on a mismatch, 2 when it cannot run (e.g. a spec error).\n";
   if (strcmp(cmd, "gen") == 0)
     return "usage: attnc gen SPEC -o DIR [--print-name]\n"
-           "Writes DIR/NAME.c and DIR/NAME.h, which compile with any C99 compiler.\n";
+           "Writes DIR/NAME.c and DIR/NAME.h (NAME is the spec's name=, else attnc_ and a hash),\n"
+           "which compile with any C99 compiler and need only libm: no attnc library, Lua or tcc.\n"
+           "The header lists every tensor with its shape.  Existing files are replaced.\n"
+           "  -o DIR              output folder, created if missing (its parent must exist)\n"
+           "  --print-name        print only NAME (for build rules) instead of \"wrote ...\"\n"
+           "docs/aot.md has Makefile and CMake rules; docs/api.md the calling convention.\n";
   if (strcmp(cmd, "show") == 0)
     return "usage: attnc show SPEC [--header] [--diff SPEC2]\n"
-           "Prints the generated C (or its header).  With --diff, prints what changes in the\n"
-           "generated code from SPEC to SPEC2 (e.g. mha -> gqa, ungated -> gated), as a unified diff.\n";
+           "Prints the generated C: a banner with the canonical spec, every buffer with its shape,\n"
+           "and each step named after the math.\n"
+           "  --header            print the header (NAME.h) instead\n"
+           "  --diff SPEC2        print what changes in the generated code from SPEC to SPEC2 (e.g.\n"
+           "                      mha -> gqa, ungated -> gated) as a unified diff; SPEC2 may be @FILE\n";
   if (strcmp(cmd, "explain") == 0)
     return "usage: attnc explain SPEC [--dim NAME=N]...\n"
-           "Prints the canonical spec, every tensor with its shape and bytes, FLOPs and memory.\n";
+           "Prints the canonical spec, every tensor with its shape and bytes, FLOPs per step and in\n"
+           "total (2 per multiply-add), scratch memory and arithmetic intensity.\n"
+           "  --dim NAME=N        size of a named dim; bytes and FLOPs need every named dim\n";
   if (strcmp(cmd, "bench") == 0)
-    return "usage: attnc bench SPEC [--backend tcc|cc] [--threads N] [--dim NAME=N]... [--runs N] [--json]\n"
-           "Times the kernel: median of repeated runs after a warm-up.\n";
+    return "usage: attnc bench SPEC [--dim NAME=N]... [--backend tcc|cc] [--threads N] [--runs N] [--json]\n"
+           "Times the kernel on random data: median and minimum of the timed runs after one warm-up\n"
+           "run, GFLOP/s (the FLOPs of explain), compile time and scratch bytes.\n"
+           "  --dim NAME=N        size of a named dim (unset ones are 128)\n"
+           "  --backend tcc|cc    default ATTNC_BACKEND, else tcc\n"
+           "  --threads N         threads (default ATTNC_THREADS, else all CPUs)\n"
+           "  --runs N            timed runs (default 10)\n"
+           "  --json              print one JSON object instead of text\n";
   return NULL;
 }
 
