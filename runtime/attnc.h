@@ -118,7 +118,7 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
 /* Threads for attnc_run (0: ATTNC_THREADS, else all CPUs); results do not depend on it. */
 attnc_status attnc_bindings_set_threads(attnc_bindings *b, int threads, attnc_error *err);
 int attnc_bindings_threads(const attnc_bindings *b);
-/* Bytes of scratch the last run used (0 before the first run). */
+/* Bytes of scratch held for runs: the most any run has needed (0 before the first). */
 long attnc_bindings_scratch_bytes(const attnc_bindings *b);
 /* The vectorised primitives this CPU uses: "avx512" or "generic". */
 const char *attnc_isa(void);

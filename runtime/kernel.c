@@ -314,6 +314,12 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
                            attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
     if (slot == -2) { b->in_proj_w = *t; b->has_in_proj_w = 1; }
     else { b->in_proj_b = *t; b->has_in_proj_b = 1; }
+    /* forget the q/k/v views split from an earlier in_proj_* so the next run splits this one */
+    for (int s = ATTNC_SLOT_WQ; s <= ATTNC_SLOT_BV; s++)
+      if (b->from[s] && strcmp(b->from[s], name) == 0) {
+        b->from[s] = NULL;
+        b->packed_from[s] = NULL;
+      }
     return ATTNC_OK;
   }
   if (!g->used[slot]) {
@@ -325,6 +331,7 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
                          attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
   }
   b->t[slot] = *t;
+  b->packed_from[slot] = NULL; /* repack on the next run, even from the same buffer */
   snprintf(b->from_buf[slot], sizeof b->from_buf[slot], "%s", name);
   b->from[slot] = b->from_buf[slot];
   return ATTNC_OK;
@@ -400,11 +407,39 @@ static void shape_text(const int64_t *dims, int rank, char *buf, size_t n)
   if (len < n) snprintf(buf + len, n - len, ")");
 }
 
+/* The most elements one tensor may have: the spec's limit (gen/spec.lua
+ * MAX_ELEMS), applied again to the sizes bound at run time.  A shape above
+ * it cannot be real memory; refusing it keeps every size product below
+ * 2^63 and nothing is allocated or read for it. */
+#define MAX_ELEMS 1099511627776.0 /* 2^40 */
+
+/* Elements of a shape, in double: exact below 2^53, never overflows. */
+static double elems_of(const int64_t *shape, int rank)
+{
+  double n = 1;
+  int a;
+  for (a = 0; a < rank; a++) n *= (double)shape[a];
+  return n;
+}
+
+/* Data must be aligned to its element size: the kernels and primitives
+ * load whole elements (and a compiler may assume the alignment). */
+static attnc_status check_aligned(const char *what, const attnc_tensor *t, attnc_error *err)
+{
+  size_t es = attnc_dtype_size(t->dtype);
+  if (t->data && es > 1 && (uintptr_t)t->data % es != 0)
+    return attnc_err_set(err, ATTNC_EBIND,
+                         "%s data at %p is not aligned to %zu bytes (its dtype %s needs it): pass an aligned buffer",
+                         what, t->data, es, attnc_dtype_name(t->dtype));
+  return ATTNC_OK;
+}
+
 /* Check a tensor's shape against a signature, binding named dims. */
 static attnc_status check_shape(attnc_bindings *b, const char *what, const attnc_tensor *t, const attnc_shape *want, attnc_error *err)
 {
   const attnc_gen *g = &b->k->gen;
-  char got[256];
+  char got[256], label[160];
+  double n;
   int a;
   shape_text(t->shape, t->rank, got, sizeof got);
   if (t->rank != want->rank)
@@ -430,12 +465,12 @@ static attnc_status check_shape(attnc_bindings *b, const char *what, const attnc
       }
     }
   }
-  if (!t->data) {
-    int64_t n = 1;
-    for (a = 0; a < t->rank; a++) n *= t->shape[a];
-    if (n > 0) return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has no data", what);
-  }
-  return ATTNC_OK;
+  n = elems_of(t->shape, t->rank);
+  if (n > MAX_ELEMS)
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' %s has %.3g elements, more than the limit 2^40", what, got, n);
+  if (!t->data && n > 0) return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has no data", what);
+  snprintf(label, sizeof label, "tensor '%s'", what);
+  return check_aligned(label, t, err);
 }
 
 static int64_t resolve(const attnc_bindings *b, int64_t d)
@@ -509,7 +544,9 @@ static attnc_status prepare_mask(attnc_bindings *b, attnc_error *err)
   int nb = g->mask.rank - 1, m = t->rank, a;
   int64_t sk = resolve(b, g->mask.dim[nb]), n = 1, stride = 1;
   char got[256];
+  attnc_status s;
   shape_text(t->shape, t->rank, got, sizeof got);
+  if ((s = check_aligned("tensor 'mask'", t, err)) != ATTNC_OK) return s;
   if (m < 1 || m > nb + 1)
     return attnc_err_set(err, ATTNC_EBIND, "mask %s must have between 1 and %d dims: (batch axes..., Sk), aligned from the right", got, nb + 1);
   if (t->shape[m - 1] != sk)
@@ -534,6 +571,47 @@ static attnc_status prepare_mask(attnc_bindings *b, attnc_error *err)
     b->mask_n = (size_t)n;
   }
   for (a = 0; a < n; a++) b->mask_u8[a] = (unsigned char)nonzero(t->data, (size_t)a, t->dtype);
+  return ATTNC_OK;
+}
+
+/* Rows (elements / last dim) of the tensor of signature sh, in double. */
+static double rows_of(const attnc_bindings *b, const attnc_shape *sh)
+{
+  double n = 1;
+  int a;
+  for (a = 0; a + 1 < sh->rank; a++) n *= (double)resolve(b, sh->dim[a]);
+  return n;
+}
+
+/* With every dim bound: the output and the kernel's intermediate results
+ * (projected q, k, v and the attention output, each a row per row of its
+ * input, at most `width` wide) must stay within the tensor limit too.
+ * Every size the generated code computes (its scratch layout: a few of
+ * these, rounded up to tiles, times at most 16 key splits) then fits in a
+ * long with room to spare, so NAME_scratch_bytes cannot overflow. */
+static attnc_status check_work(const attnc_bindings *b, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  static const int in[] = { ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V };
+  double out = 1, rows = rows_of(b, &g->out), width = 1, w[5];
+  size_t i;
+  int a;
+  for (a = 0; a < g->out.rank; a++) out *= (double)resolve(b, g->out.dim[a]);
+  if (out > MAX_ELEMS) return attnc_err_set(err, ATTNC_EBIND, "the output would have %.3g elements, more than the limit 2^40", out);
+  for (i = 0; i < sizeof in / sizeof in[0]; i++)
+    if (g->used[in[i]]) rows += rows_of(b, &g->shape[in[i]]);
+  w[0] = (double)g->heads * g->head_dim;
+  w[1] = (double)g->kv_heads * g->head_dim;
+  w[2] = (double)g->c_in;
+  w[3] = (double)g->c_kv;
+  w[4] = (double)g->head_dim;
+  for (i = 0; i < 5; i++)
+    if (w[i] > width) width = w[i];
+  if (rows * width > MAX_ELEMS)
+    return attnc_err_set(err, ATTNC_EBIND,
+                         "the kernel's intermediate results would have %.3g elements (%.3g rows of the inputs and output, "
+                         "up to %.0f wide), more than the limit 2^40",
+                         rows * width, rows, width);
   return ATTNC_OK;
 }
 
@@ -565,6 +643,8 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   }
   for (d = 0; d < g->ndims; d++)
     if (!b->dim_set[d]) return attnc_err_set(err, ATTNC_EMISSING, "named dim %s is not bound", g->dim_names[d]);
+  s = check_work(b, err);
+  if (s != ATTNC_OK) return s;
   if (g->has_mask) {
     if (!b->from[ATTNC_SLOT_MASK])
       return attnc_err_set(err, ATTNC_EMISSING, "missing tensor 'mask' (the spec has mask=key)");
@@ -572,14 +652,9 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
     if (s != ATTNC_OK) return s;
   }
   if (out) {
-    double elems = 1;
     out->dtype = g->dtype;
     out->rank = g->out.rank;
-    for (i = 0; i < g->out.rank; i++) {
-      out->shape[i] = resolve(b, g->out.dim[i]);
-      elems *= (double)out->shape[i];
-    }
-    if (elems * 8 > 9e18) return attnc_err_set(err, ATTNC_EBIND, "the output would have %.3g elements: too large", elems);
+    for (i = 0; i < g->out.rank; i++) out->shape[i] = resolve(b, g->out.dim[i]);
   }
   return ATTNC_OK;
 }
@@ -638,6 +713,7 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
                            (long long)out->shape[i], (long long)want.shape[i], w);
     }
   if (!out->data) return attnc_err_set(err, ATTNC_EARG, "output has no data");
+  if ((s = check_aligned("the output", out, err)) != ATTNC_OK) return s;
   memset(&args, 0, sizeof args);
   for (i = 0; i < b->k->gen.ndims && i < 64; i++) dims[i] = (long)b->dims[i];
   args.dims = dims;

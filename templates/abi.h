@@ -63,7 +63,7 @@ typedef struct attnc_args {
   void *out;                            /* the output, dense row-major */
   const attnc_prims *prims;             /* NULL: plain C loops only */
   const float *packed[ATTNC_SLOT_COUNT];/* weights packed for prims->linear, or NULL */
-  void *scratch;                        /* NAME_scratch_bytes(dims, nthreads) bytes, 64-byte aligned */
-  long nthreads;                        /* per-thread scratch regions in scratch */
+  void *scratch;                        /* NAME_scratch_bytes(args, nthreads) bytes (the kernel aligns it) */
+  long nthreads;                        /* per-thread scratch regions in scratch (at least 1) */
 } attnc_args;
 #endif

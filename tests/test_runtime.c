@@ -179,6 +179,46 @@ static void test_runtime_torch_in_proj_and_output_check(void **state)
   attnc_release(k);
 }
 
+/* Weights are packed on the first run: rebinding the same buffer after
+ * changing it, or a new in_proj_weight, must be seen by the next run. */
+static void test_runtime_rebind_repacks(void **state)
+{
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha x=1,3,8 heads=2", NULL, &e);
+  attnc_bindings *b = attnc_bindings_new(k);
+  static float x[24], inw[24 * 8], inw2[24 * 8], inb[24], ow[64], ob[8], outbuf[24];
+  attnc_tensor tx = t3(1, 3, 8, x), tw = t2(24, 8, inw), tb = t2(24, 1, inb), tow = t2(8, 8, ow), tob = t2(8, 1, ob), out;
+  int i;
+  (void)state;
+  tb.rank = 1;
+  tob.rank = 1;
+  for (i = 0; i < 24; i++) x[i] = 1;
+  for (i = 0; i < 24 * 8; i++) { inw[i] = 0; inw2[i] = 0.5f; }
+  for (i = 0; i < 64; i++) ow[i] = (i % 9 == 0); /* identity */
+  assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_bias", &tb, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.weight", &tow, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.bias", &tob, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(b, &out, &e), ATTNC_OK);
+  out.data = outbuf;
+  assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+  assert_true(outbuf[0] == 0.0f); /* v = 0 */
+  /* change the output weight in place and rebind the same buffer */
+  for (i = 0; i < 64; i++) ow[i] = 2 * (i % 9 == 0);
+  for (i = 0; i < 8; i++) ob[i] = 1;
+  assert_int_equal(attnc_bind(b, "out_proj.weight", &tow, &e), ATTNC_OK);
+  assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+  assert_true(outbuf[0] == 1.0f); /* 2 * 0 + 1 */
+  /* a new stacked in_proj_weight: v = x . 0.5 * 8 = 4, out = 2 * 4 + 1 */
+  tw.data = inw2;
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+  for (i = 0; i < 24; i++) assert_true(fabs(outbuf[i] - 9.0f) < 1e-5);
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
 static void test_runtime_safetensors_prefix(void **state)
 {
   attnc_error e;
@@ -291,6 +331,7 @@ int main(void)
     cmocka_unit_test(test_runtime_missing_weight),
     cmocka_unit_test(test_runtime_shape_errors_name_tensor_and_axis),
     cmocka_unit_test(test_runtime_torch_in_proj_and_output_check),
+    cmocka_unit_test(test_runtime_rebind_repacks),
     cmocka_unit_test(test_runtime_safetensors_prefix),
     cmocka_unit_test(test_runtime_dump_dir),
     cmocka_unit_test(test_runtime_threads_compile),
