@@ -108,10 +108,10 @@ test: all $(TESTS:%=$(B)/tests/%)
 
 # ---- sanitizers ----
 # check-asan: the library, CLI and every test built with ASan + UBSan into
-# build-asan/, then the whole suite (and the AOT example's generator) run
+# build/asan/, then the whole suite (and the AOT example's generator) run
 # with both set to stop at the first error; LeakSanitizer checks each exit.
 # Code compiled at run time (libtcc, the cc backend) is not instrumented.
-ASAN_B   := build-asan
+ASAN_B   := $(B)/asan
 ASAN_OPT := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 SAN_ENV  := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
             UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -123,7 +123,7 @@ check-asan:
 	  ATTNC=$(CURDIR)/$(ASAN_B)/attnc sh tests/run_all.sh $(ASAN_B) $(TESTS)
 
 # check-valgrind: memcheck (leaks count as errors) on a representative
-# subset: the runtime and safetensors tests, 100 compile/run/release cycles
+# subset: the runtime and safetensors tests, 1000 compile/run/release cycles
 # of the stress test, and the CLI on good and bad input.  Valgrind has no
 # AVX-512: it hides it from CPUID (the portable primitives run) and the cc
 # backend builds for x86-64-v3.
@@ -135,10 +135,10 @@ check-valgrind: all $(B)/tests/test_runtime $(B)/tests/test_safetensors $(B)/tes
 	@command -v valgrind >/dev/null || { echo "check-valgrind: valgrind not found (Debian: apt-get install valgrind)"; exit 1; }
 	@set -e; d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
 	export ATTNC_CACHE_DIR=$$d/cache ATTNC_CC_FLAGS=-march=x86-64-v3 ATTNC=$(CURDIR)/$(B)/attnc; \
-	vg() { echo "== valgrind $$*"; $(VG) --error-exitcode=1 "$$@"; }; \
+	vg() { echo "== valgrind $$*" >&2; $(VG) --error-exitcode=1 "$$@"; }; \
 	vg $(B)/tests/test_runtime; \
 	vg $(B)/tests/test_safetensors; \
-	ATTNC_TEST_FILTER='*cycles*' ATTNC_STRESS_CYCLES=100 vg $(B)/tests/test_stress; \
+	ATTNC_TEST_FILTER='*cycles*' ATTNC_STRESS_CYCLES=1000 vg $(B)/tests/test_stress; \
 	vg $(B)/attnc check @$(VG_SPEC) --dim B=2 --dim S=33 >/dev/null; \
 	vg $(B)/attnc check "gqa x=B,S,40 heads=4 kv_heads=2 mask=key causal bias=B,4,S,S" --dim S=70 >/dev/null; \
 	vg $(B)/attnc check "alphafold x=B,R,S,16 heads=2 gated global global_mean=masked mask=key" --backend cc >/dev/null; \

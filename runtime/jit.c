@@ -190,12 +190,82 @@ static int write_file(const char *path, const char *text)
   return ok ? 0 : -1;
 }
 
+/* Every cached object ends with a trailer: the magic and the FNV-1a hash
+ * of every byte before it.  The dynamic loader ignores bytes past the ELF
+ * contents, and an object that is truncated, overwritten or bit-flipped
+ * fails the check before dlopen ever maps it (a truncated object would
+ * otherwise die of SIGBUS, flipped code of anything). */
+#define TRAILER_MAGIC "ATTNCSO1"
+#define TRAILER_SIZE 16
+#define MAX_OBJECT ((long)256 << 20)
+
+static uint64_t fnv64_bytes(uint64_t h, const unsigned char *p, size_t n)
+{
+  size_t i;
+  for (i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+/* 1 if the file at path ends with a trailer that matches its contents. */
+static int trailer_ok(const char *path)
+{
+  FILE *f = fopen(path, "rb");
+  unsigned char *buf;
+  long n;
+  uint64_t h, want = 0;
+  int i, ok;
+  if (!f) return 0;
+  if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < TRAILER_SIZE + 64 || n > MAX_OBJECT || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f);
+    return 0;
+  }
+  buf = malloc((size_t)n);
+  ok = buf && fread(buf, 1, (size_t)n, f) == (size_t)n;
+  fclose(f);
+  if (ok) ok = memcmp(buf + n - TRAILER_SIZE, TRAILER_MAGIC, 8) == 0;
+  if (ok) {
+    h = fnv64_bytes(0xcbf29ce484222325ULL, buf, (size_t)n - TRAILER_SIZE);
+    for (i = 7; i >= 0; i--) want = (want << 8) | buf[n - 8 + i];
+    ok = h == want;
+  }
+  free(buf);
+  return ok;
+}
+
+/* Append the trailer to a freshly built object. */
+static int add_trailer(const char *path)
+{
+  FILE *f = fopen(path, "r+b");
+  unsigned char *buf, t[TRAILER_SIZE];
+  long n;
+  uint64_t h;
+  int i, ok;
+  if (!f) return -1;
+  if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) <= 0 || n > MAX_OBJECT || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f);
+    return -1;
+  }
+  buf = malloc((size_t)n);
+  ok = buf && fread(buf, 1, (size_t)n, f) == (size_t)n;
+  if (ok) {
+    h = fnv64_bytes(0xcbf29ce484222325ULL, buf, (size_t)n);
+    memcpy(t, TRAILER_MAGIC, 8);
+    for (i = 0; i < 8; i++) t[8 + i] = (unsigned char)(h >> (8 * i));
+    ok = fseek(f, 0, SEEK_END) == 0 && fwrite(t, 1, TRAILER_SIZE, f) == TRAILER_SIZE;
+  }
+  free(buf);
+  ok = (fclose(f) == 0) && ok;
+  return ok ? 0 : -1;
+}
+
 /* Load a cached shared object and check it is the kernel we asked for. */
 static void *load_checked(const char *path, const attnc_gen *g, attnc_kernel_fns *fns)
 {
   char sym[160];
   const char *spec;
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  void *h;
+  if (!trailer_ok(path)) return NULL;
+  h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) return NULL;
   snprintf(sym, sizeof sym, "%s_spec", g->name);
   spec = dlsym(h, sym);
@@ -310,6 +380,7 @@ attnc_status attnc_jit_cc(const attnc_gen *g, void **handle, attnc_kernel_fns *f
     return attnc_err_set(err, ATTNC_ECOMPILE, "the C compiler failed on the generated code: %s", log);
   }
   snprintf(path, sizeof path, "%s/%s.so", tmp, g->name);
+  if (add_trailer(path) != 0) goto io;
   if (rename(path, final) != 0) goto io;
   remove_dir(tmp, g->name);
   h = load_checked(final, g, fn);

@@ -299,6 +299,8 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
   if (!t) return attnc_err_set(err, ATTNC_EARG, "tensor '%s' is NULL", name);
   if (t->rank < 0 || t->rank > ATTNC_MAX_RANK)
     return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has rank %d; at most %d is supported", name, t->rank, ATTNC_MAX_RANK);
+  if (attnc_dtype_size(t->dtype) == 0)
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has an unknown dtype (%d)", name, (int)t->dtype);
   if (slot == -1) {
     if (quiet) return ATTNC_OK;
     return attnc_err_set(err, ATTNC_EBIND, "unknown tensor name '%s' (inputs: x, kv, bias, mask, q, k, v; weights: linear_q.weight, q_proj.weight, in_proj_weight, ...)", name);
@@ -496,6 +498,7 @@ static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
     if (t->rank != 2 || t->shape[0] != hc + 2 * gc || t->shape[1] != g->c_in)
       return attnc_err_set(err, ATTNC_EBIND, "in_proj_weight must be (%lld, %lld) = [Wq; Wk; Wv]",
                            (long long)(hc + 2 * gc), (long long)g->c_in);
+    if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'in_proj_weight' has no data");
     for (i = 0; i < 3; i++) {
       if (!b->from[slots_w[i]]) {
         attnc_tensor v = { g->dtype, 2, { rows[i], g->c_in }, (char *)t->data + (size_t)off * (size_t)g->c_in * es };
@@ -510,6 +513,7 @@ static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
     const attnc_tensor *t = &b->in_proj_b;
     if (t->rank != 1 || t->shape[0] != hc + 2 * gc)
       return attnc_err_set(err, ATTNC_EBIND, "in_proj_bias must be (%lld)", (long long)(hc + 2 * gc));
+    if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'in_proj_bias' has no data");
     for (i = 0; i < 3; i++) {
       if (!b->from[slots_b[i]]) {
         attnc_tensor v = { g->dtype, 1, { rows[i] }, (char *)t->data + (size_t)off * es };
@@ -546,6 +550,7 @@ static attnc_status prepare_mask(attnc_bindings *b, attnc_error *err)
   char got[256];
   attnc_status s;
   shape_text(t->shape, t->rank, got, sizeof got);
+  if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'mask' has no data");
   if ((s = check_aligned("tensor 'mask'", t, err)) != ATTNC_OK) return s;
   if (m < 1 || m > nb + 1)
     return attnc_err_set(err, ATTNC_EBIND, "mask %s must have between 1 and %d dims: (batch axes..., Sk), aligned from the right", got, nb + 1);

@@ -23,6 +23,20 @@ static void *job_ctx;
 static long job_items, job_next, job_want;
 static int job_running;
 
+/* A forked child has none of the parent's workers: start from scratch. */
+static void after_fork_child(void)
+{
+  pthread_mutex_init(&pool_lock, NULL);
+  pthread_mutex_init(&state_lock, NULL);
+  pthread_cond_init(&wake, NULL);
+  pthread_cond_init(&finished, NULL);
+  nworkers = 0;
+  job_running = 0;
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void register_fork(void) { pthread_atfork(NULL, NULL, after_fork_child); }
+
 static void take_items(int tid)
 {
   long i;
@@ -62,6 +76,7 @@ void attnc_pool_run(int nthreads, long items, attnc_pool_fn fn, void *ctx)
 {
   long i;
   if (nthreads > POOL_MAX) nthreads = POOL_MAX;
+  pthread_once(&fork_once, register_fork);
   if (nthreads <= 1 || items <= 1 || pthread_mutex_trylock(&pool_lock) != 0) {
     for (i = 0; i < items; i++) fn(ctx, i, 0);
     return;

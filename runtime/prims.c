@@ -110,6 +110,7 @@ void attnc_prims_attend_generic(const attnc_tile *t)
       for (d = 0; d < c; d++) s += q[d] * k[d];
       s *= t->scale;
       if (t->bias) s += t->bias[hh * t->bias_h + i * t->bias_i + j * t->bias_j];
+      if (s != s && m == -INFINITY) m = s; /* a NaN score: the row is NaN, not empty */
       if (s > m) {
         float alpha = expf(m - s); /* 0 when m was -inf */
         l *= alpha;
@@ -123,7 +124,7 @@ void attnc_prims_attend_generic(const attnc_tile *t)
     if (t->m_out) {
       t->m_out[r] = m;
       t->l_out[r] = l;
-    } else if (l > 0) {
+    } else if (m != -INFINITY) { /* saw a key: normalise (a NaN stays NaN) */
       for (d = 0; d < c; d++) o[d] /= l;
     } else {
       attnc_prims_empty_row(t, r, o);

@@ -223,6 +223,7 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __m512 s[4], mx = ninf, sum = _mm512_setzero_ps();
+  __mmask16 nan_lanes = 0; /* max_ps forgets NaN operands: count them apart */
   float rowmax, m_new, alpha;
   row_range(t, r, &lo, &hi);
   a = (lo > j0 ? lo : j0) - j0;
@@ -236,6 +237,7 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
     for (v = 0; v < 4; v++) {
       s[v] = _mm512_load_ps(srow + v * 16);
       mx = _mm512_max_ps(mx, s[v]);
+      nan_lanes |= _mm512_cmp_ps_mask(s[v], s[v], _CMP_UNORD_Q);
     }
   } else
   for (v = 0; v < 4; v++) {
@@ -267,8 +269,10 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
     }
     s[v] = _mm512_mask_blend_ps(ok, ninf, s[v]);
     mx = _mm512_max_ps(mx, s[v]);
+    nan_lanes |= _mm512_cmp_ps_mask(s[v], s[v], _CMP_UNORD_Q);
   }
-  rowmax = _mm512_reduce_max_ps(mx);
+  /* the horizontal max can drop NaN lanes: a NaN score makes the row NaN */
+  rowmax = nan_lanes ? NAN : _mm512_reduce_max_ps(mx);
   if (rowmax == -INFINITY) {
     memset(srow, 0, sizeof(float) * KT);
     return;
@@ -393,7 +397,7 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
       t->l_out[r] = L[r];
       for (v = 0; v < nv; v++)
         _mm512_mask_storeu_ps(o + v * 16, v == nv - 1 ? last : (__mmask16)0xFFFF, _mm512_load_ps(O + r * cp + v * 16));
-    } else if (L[r] > 0) {
+    } else if (M[r] != -INFINITY) { /* saw a key: normalise (a NaN stays NaN) */
       __m512 inv = _mm512_set1_ps(1.0f / L[r]);
       for (v = 0; v < nv; v++)
         _mm512_mask_storeu_ps(o + v * 16, v == nv - 1 ? last : (__mmask16)0xFFFF,
