@@ -217,3 +217,8 @@ FUZZ_SECONDS ?= 60
 .PHONY: fuzz
 fuzz: $(B)/embedded.c
 	@MAKE="$(MAKE)" sh tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+# ---- benchmarks: attnc vs PyTorch and ONNX Runtime (bench/README.md) ----
+BENCH_THREADS ?= 2
+bench: all
+	@bash bench/run.sh $(BENCH_THREADS)

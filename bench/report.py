@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+# report.py: the table of `make bench` from the JSON lines bench/run.sh wrote.
+#
+#     python3 bench/report.py RESULTS.jsonl [--threads N] [--peak-gflops G]
+#
+# One row per case of bench/cases.json:
+#   case | attnc ms | pytorch ms | ort ms (op) | ratio | target | met?
+# ratio = the fastest peer's median / attnc's median (> 1: attnc is faster);
+# met? compares it with the target; core B must also reach its share
+# of the FMA peak (--peak-gflops, default 250 per thread: the measured
+# AVX-512 peak of this machine kind).  Standard library only.
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def fmt_ms(x):
+    if x is None:
+        return "-"
+    if x >= 100:
+        return "%.0f" % x
+    if x >= 10:
+        return "%.1f" % x
+    if x >= 1:
+        return "%.2f" % x
+    return "%.3f" % x
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--peak-gflops", type=float, default=None)
+    a = ap.parse_args()
+
+    with open(os.path.join(HERE, "cases.json")) as f:
+        cases = json.load(f)
+    res = {}     # (case, peer) -> line
+    notes = []   # skipped peers and other whole-run remarks
+    with open(a.results) as f:
+        for raw in f:
+            raw = raw.strip()
+            if not raw:
+                continue
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                notes.append("unparsable result line: " + raw[:120])
+                continue
+            if "case" in line:
+                res[(line["case"], line.get("peer"))] = line
+            elif "skipped" in line:
+                msg = "%s skipped: %s" % (line.get("peer"), line["skipped"])
+                if msg not in notes:
+                    notes.append(msg)
+    threads = a.threads
+    if threads is None:
+        threads = next((l.get("threads") for (c, p), l in res.items() if p == "attnc" and l.get("threads")), 1)
+    peak = a.peak_gflops if a.peak_gflops else 250.0 * threads
+
+    head = ["case", "attnc ms", "pytorch ms", "ort ms (op)", "ratio", "target", "met?"]
+    rows = []
+    footnotes = []
+    n_met = n_rated = 0
+    short_threads = []  # cases where attnc ran fewer threads than asked
+    partial = False     # some ratio is against one peer only
+    for c in cases:
+        cid = c["case"]
+        at, pt, ot = res.get((cid, "attnc")), res.get((cid, "pytorch")), res.get((cid, "ort"))
+        if at is None and pt is None and ot is None:
+            continue
+
+        def val(line):
+            return line.get("median_ms") if line and "median_ms" in line else None
+
+        def cell(line):
+            if line is None:
+                return "skipped"
+            if "error" in line:
+                footnotes.append("%s %s: %s" % (c["label"], line.get("peer"), line["error"]))
+                return "error"
+            return fmt_ms(line["median_ms"])
+
+        a_ms, p_ms, o_ms = val(at), val(pt), val(ot)
+        ort_cell = cell(ot)
+        if o_ms is not None:
+            ort_cell += " (%s)" % ot.get("op", "?")
+        peers = [x for x in (p_ms, o_ms) if x is not None]
+        ratio = met = None
+        if a_ms and peers:
+            ratio = min(peers) / a_ms
+            met = ratio >= c["target"]
+        target = "%gx" % c["target"]
+        if "peak_fraction" in c:
+            target += ", %d%% peak" % round(100 * c["peak_fraction"])
+            if at and "gflops" in at:
+                frac = at["gflops"] / peak
+                footnotes.append("%s: attnc %.1f GFLOP/s = %.1f%% of %.0f GFLOP/s FMA peak (%d thread%s), target %d%%"
+                                 % (c["label"], at["gflops"], 100 * frac, peak, threads, "s" if threads > 1 else "",
+                                    round(100 * c["peak_fraction"])))
+                if met is not None:
+                    met = met and frac >= c["peak_fraction"]
+        if at and "threads" in at and at.get("requested_threads", at["threads"]) != at["threads"]:
+            short_threads.append("%s (%s)" % (c["label"], at["threads"]))
+        if ratio is not None:
+            n_rated += 1
+            n_met += bool(met)
+        met_cell = ("yes" if met else "NO") if met is not None else "?"
+        if met is not None and len(peers) < 2:
+            met_cell += "*"
+            partial = True
+        rows.append([c["label"], cell(at), cell(pt), ort_cell,
+                     "%.2fx" % ratio if ratio is not None else "-", target, met_cell])
+
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+
+    def pr(r):
+        print("| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |")
+    pr(head)
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        pr(r)
+    print()
+    print("ratio = fastest peer's median / attnc's median (above 1: attnc is faster); %d of %d targets met"
+          % (n_met, n_rated))
+    if partial:
+        notes.append("* against one peer only: the other was skipped or failed, so the target is not really checked")
+    if short_threads:
+        notes.append("attnc ran fewer threads than the %d asked for (the peers had %d): %s"
+                     % (threads, threads, ", ".join(short_threads)))
+    for n in notes + footnotes:
+        print("  " + n)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

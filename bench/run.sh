@@ -1,0 +1,146 @@
+#!/bin/bash
+# run.sh: attnc's benchmark suite against PyTorch and ONNX Runtime (issue 3).
+#
+#     bench/run.sh [THREADS]        (default 2; `make bench` runs it)
+#
+# For each case of bench/cases.json, one after the other so that all three
+# see the machine in the same state:
+#   attnc    build/attnc bench SPEC --json --backend cc --threads N --runs R
+#            (R chosen from a 1-run probe to fill the time budget, 5..100)
+#   pytorch  /usr/bin/python3 bench/torch_bench.py --threads N --cases CASE
+#   ort      node bench/ort_bench.js --threads N --cases CASE
+# Then the table (bench/report.py).  Raw JSON lines go to
+# bench/results-latest.jsonl.
+#
+# A missing peer is installed when we are root and may (Debian's
+# python3-torch, with OpenBLAS; onnxruntime-node with
+# `npm ci --ignore-scripts` from bench/package-lock.json), else it is
+# skipped with the reason.  Environment:
+#   ATTNC=path             the attnc binary (default build/attnc)
+#   BENCH_CASES=a,b        only these cases (ids from bench/cases.json)
+#   BENCH_BUDGET_MS=2000   timed runs per case and peer fill about this long
+#   BENCH_NO_INSTALL=1     never install anything
+#   BENCH_PEAK_GFLOPS=G    FMA peak for the core B check (default 250/thread)
+
+set -u
+THREADS=${1:-2}
+case "$THREADS" in ''|*[!0-9]*|0) echo "usage: bench/run.sh [THREADS]" >&2; exit 2 ;; esac
+cd "$(dirname "$0")/.." || exit 2
+ATTNC=${ATTNC:-build/attnc}
+BUDGET_MS=${BENCH_BUDGET_MS:-2000}
+OUT=bench/results-latest.jsonl
+PY=/usr/bin/python3
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+if [ ! -x "$ATTNC" ]; then echo "bench: $ATTNC not found: run make first" >&2; exit 2; fi
+if [ ! -x "$PY" ]; then echo "bench: $PY not found (apt-get install -y python3)" >&2; exit 2; fi
+
+can_install() { [ -z "${BENCH_NO_INSTALL:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
+apt_install() {
+  echo "bench: installing $*" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } >/dev/null 2>&1
+}
+
+: > "$OUT"
+skip() { # peer reason
+  echo "bench: $1 skipped: $2" >&2
+  printf '{"peer": "%s", "skipped": "%s"}\n' "$1" "$(printf '%s' "$2" | sed 's/\\/\\\\/g; s/"/\\"/g')" >> "$OUT"
+}
+
+# ---- the peers ----
+TORCH=1
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+  if can_install && apt_install python3-torch libopenblas0-pthread && "$PY" -c 'import torch' 2>/dev/null; then :
+  else TORCH=0; skip pytorch "python3-torch is not installed (apt-get install -y python3-torch libopenblas0-pthread)"; fi
+fi
+# Debian's torch takes its BLAS from the libblas.so.3 alternative; the
+# reference BLAS there makes every Linear 10-50x slower than OpenBLAS.
+blas_of_torch() {
+  "$PY" - <<'EOF' 2>/dev/null
+import torch, re
+for l in open("/proc/self/maps"):
+    m = re.search(r"(/\S*(?:blas|mkl)\S*\.so[.\d]*)", l)
+    if m:
+        print(m.group(1)); break
+EOF
+}
+if [ $TORCH = 1 ]; then
+  BLAS=$(blas_of_torch)
+  case "$BLAS" in
+    *openblas*|*mkl*) ;;
+    *)
+      if can_install && apt_install libopenblas0-pthread; then BLAS=$(blas_of_torch)
+      else echo "bench: warning: PyTorch uses the reference BLAS ($BLAS); apt-get install -y libopenblas0-pthread for a fair peer" >&2; fi ;;
+  esac
+fi
+
+ORT=1
+if ! command -v node >/dev/null; then
+  ORT=0; skip ort "node is not installed"
+elif [ ! -f bench/node_modules/onnxruntime-node/package.json ] || [ ! -f bench/node_modules/onnx-proto/package.json ]; then
+  if [ -n "${BENCH_NO_INSTALL:-}" ]; then ORT=0; skip ort "bench/node_modules is missing (cd bench && npm ci --ignore-scripts)"
+  else
+    echo "bench: installing onnxruntime-node (npm ci --ignore-scripts in bench/)" >&2
+    if ! (cd bench && npm ci --ignore-scripts --no-audit --no-fund >"$TMP/npm.log" 2>&1); then
+      ORT=0; skip ort "npm ci --ignore-scripts failed: $(tail -n 1 "$TMP/npm.log")"
+    fi
+  fi
+fi
+
+# ---- the machine ----
+MODEL=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
+CORES=$(nproc)
+echo "attnc benchmark suite: $THREADS thread(s), attnc cc backend"
+echo "machine: $MODEL, $CORES cores ($(uname -m)), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+[ $TORCH = 1 ] && echo "pytorch: $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) via $PY, BLAS ${BLAS:-?}${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
+[ $ORT = 1 ] && echo "ort: onnxruntime-node $(node -p 'require("./bench/node_modules/onnxruntime-node/package.json").version' 2>/dev/null) via node $(node --version)"
+echo
+
+# ---- the cases ----
+CASES=$("$PY" - "${BENCH_CASES:-}" <<'EOF'
+import json, sys
+want = [w for w in sys.argv[1].split(",") if w]
+cases = json.load(open("bench/cases.json"))
+known = {c["case"] for c in cases}
+bad = [w for w in want if w not in known]
+if bad:
+    sys.exit("bench: unknown case(s) %s; known: %s" % (",".join(bad), ",".join(sorted(known))))
+for c in cases:
+    if not want or c["case"] in want:
+        print("%s\t%s\t%s" % (c["case"], c["label"], c["spec"]))
+EOF
+) || exit 2
+
+json_num() { sed -n "s/.*\"$1\": *\([-0-9.e+]*\).*/\1/p" | head -n 1; }
+
+while IFS=$'\t' read -r ID LABEL SPEC; do
+  echo "== $LABEL: $SPEC" >&2
+  # attnc: a 1-run probe (also fills the kernel cache), then enough runs
+  if "$ATTNC" bench "$SPEC" --json --backend cc --threads "$THREADS" --runs 1 </dev/null >"$TMP/probe" 2>"$TMP/err"; then
+    EST=$(json_num median_ms <"$TMP/probe")
+    RUNS=$(awk -v b="$BUDGET_MS" -v e="${EST:-1}" 'BEGIN { r = int(b / (e > 0.001 ? e : 0.001)); if (r < 5) r = 5; if (r > 100) r = 100; print r }')
+    if "$ATTNC" bench "$SPEC" --json --backend cc --threads "$THREADS" --runs "$RUNS" </dev/null >"$TMP/a" 2>"$TMP/err"; then
+      sed "s/^{/{\"case\": \"$ID\", \"peer\": \"attnc\", \"requested_threads\": $THREADS, /" "$TMP/a" >> "$OUT"
+    else
+      printf '{"case": "%s", "peer": "attnc", "error": "%s"}\n' "$ID" "$(tr -d '"\\' <"$TMP/err" | tr '\n' ' ')" >> "$OUT"
+    fi
+  else
+    printf '{"case": "%s", "peer": "attnc", "error": "%s"}\n' "$ID" "$(tr -d '"\\' <"$TMP/err" | tr '\n' ' ')" >> "$OUT"
+  fi
+  grep -v '^attnc: note:' "$TMP/err" >&2
+  if [ $TORCH = 1 ]; then
+    timeout 900 "$PY" bench/torch_bench.py --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null >> "$OUT" \
+      || printf '{"case": "%s", "peer": "pytorch", "error": "torch_bench.py failed or timed out"}\n' "$ID" >> "$OUT"
+  fi
+  if [ $ORT = 1 ]; then
+    timeout 900 node bench/ort_bench.js --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null >> "$OUT" \
+      || printf '{"case": "%s", "peer": "ort", "error": "ort_bench.js failed or timed out"}\n' "$ID" >> "$OUT"
+  fi
+done <<<"$CASES"
+
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+"$PY" bench/report.py "$OUT" --threads "$THREADS" ${BENCH_PEAK_GFLOPS:+--peak-gflops "$BENCH_PEAK_GFLOPS"}
+echo
+echo "raw results: $OUT"
