@@ -66,20 +66,12 @@ local function summary(p)
   return out
 end
 
--- "(S, R, 64)" and, where every dim is known, nothing more; with named
--- dims the symbolic form stays (the sizes are bound at run time).
-local function dims_text(list)
-  local t = {}
-  for i, d in ipairs(list) do t[i] = tostring(d) end
-  return "(" .. concat(t, ", ") .. ")"
-end
-
 -- One line per buffer: name, meaning, shape in symbols = shape in numbers.
 local function buffers(p)
   local s, out = p.spec, {}
   local function row(name, what, sym, nums)
-    local shape = dims_text(sym)
-    if nums then shape = shape .. " = " .. dims_text(nums) end
+    local shape = shape_text(sym)
+    if nums then shape = shape .. " = " .. shape_text(nums) end
     insert(out, sformat("%-5s %-40s %s", name .. ":", what, shape))
   end
   local H, G, C = p.H, p.G, p.C

@@ -56,17 +56,6 @@ long attnc_prims_attend_work(long rows, long c)
   return r16 * cp + 2 * r16 + r16 * ATTNC_ATTEND_KT + cp * ATTNC_ATTEND_KT + r16 * cp + 64;
 }
 
-/* Visible key range of row r: [lo, hi] (empty when lo > hi). */
-static void row_range(const attnc_tile *t, long r, long *lo, long *hi)
-{
-  long i = t->i0 + r / t->q_group;
-  long a = t->k_begin, b = t->k_end - 1;
-  if (t->has_lo && i + t->lo_off > a) a = i + t->lo_off;
-  if (t->has_hi && i + t->hi_off < b) b = i + t->hi_off;
-  *lo = a;
-  *hi = b;
-}
-
 void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row)
 {
   long d, j;
@@ -101,7 +90,7 @@ void attnc_prims_attend_generic(const attnc_tile *t)
     long i = t->i0 + r / t->q_group, hh = r % t->q_group, lo, hi;
     const float *q = t->q + (r / t->q_group) * t->q_stride + hh * t->q_hstride;
     float *o = row_out(t, r), m = -INFINITY, l = 0;
-    row_range(t, r, &lo, &hi);
+    attnc_prims_row_range(t, r, &lo, &hi);
     for (d = 0; d < c; d++) o[d] = 0;
     for (j = lo; j <= hi; j++) {
       const float *k = t->k + j * t->k_stride, *v = t->v + j * t->v_stride;

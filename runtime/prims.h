@@ -25,6 +25,17 @@ long attnc_prims_attend_work(long rows, long c);
 void attnc_prims_combine_generic(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
 void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n);
 void attnc_prims_transpose(const float *k, long k_stride, long nk, long c, float *kt, long kt_stride);
+/* Visible key range of tile row r: [lo, hi] (empty when lo > hi). */
+static inline void attnc_prims_row_range(const attnc_tile *t, long r, long *lo, long *hi)
+{
+  long i = t->i0 + r / t->q_group;
+  long a = t->k_begin, b = t->k_end - 1;
+  if (t->has_lo && i + t->lo_off > a) a = i + t->lo_off;
+  if (t->has_hi && i + t->hi_off < b) b = i + t->hi_off;
+  *lo = a;
+  *hi = b;
+}
+
 /* the empty-row rule for row r (o_row is where the result goes) */
 void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row);
 

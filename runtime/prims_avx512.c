@@ -206,16 +206,6 @@ INLINE void pv_kernel8(const int MR, long kt, const float *P, float *O, long cp,
       if (u < nvv) _mm512_store_ps(O + i * cp + u * 16, acc[i][u]);
 }
 
-static void row_range(const attnc_tile *t, long r, long *lo, long *hi)
-{
-  long i = t->i0 + r / t->q_group;
-  long a = t->k_begin, b = t->k_end - 1;
-  if (t->has_lo && i + t->lo_off > a) a = i + t->lo_off;
-  if (t->has_hi && i + t->hi_off < b) b = i + t->hi_off;
-  *lo = a;
-  *hi = b;
-}
-
 /* Scores of row r in this key tile -> probabilities; updates M, L, O. */
 static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *srow, float *M, float *L, float *O, long cp)
 {
@@ -225,7 +215,7 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
   __m512 s[4], mx = ninf, sum = _mm512_setzero_ps();
   __mmask16 nan_lanes = 0; /* max_ps forgets NaN operands: count them apart */
   float rowmax, m_new, alpha;
-  row_range(t, r, &lo, &hi);
+  attnc_prims_row_range(t, r, &lo, &hi);
   a = (lo > j0 ? lo : j0) - j0;
   b = (hi < j0 + kt - 1 ? hi : j0 + kt - 1) - j0;
   if (a > b) {
@@ -310,7 +300,7 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
     }
     M[r] = -INFINITY;
     L[r] = 0;
-    row_range(t, r, &lo, &hi);
+    attnc_prims_row_range(t, r, &lo, &hi);
     if (lo <= hi) {
       if (lo < jmin) jmin = lo;
       if (hi > jmax) jmax = hi;
