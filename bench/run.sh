@@ -3,8 +3,8 @@
 #
 #     bench/run.sh [THREADS]        (default 2; `make bench` runs it)
 #
-# For each case of bench/cases.json, one after the other so that all three
-# see the machine in the same state:
+# For each case of bench/cases.json, the three one after the other so that
+# they see the machine in the same state, in BENCH_ROUNDS rounds:
 #   attnc    build/attnc bench SPEC --json --backend cc --threads N --runs R
 #            (R chosen from a 1-run probe to fill the time budget, 5..100)
 #   pytorch  /usr/bin/python3 bench/torch_bench.py --threads N --cases CASE
@@ -18,16 +18,19 @@
 # skipped with the reason.  Environment:
 #   ATTNC=path             the attnc binary (default build/attnc)
 #   BENCH_CASES=a,b        only these cases (ids from bench/cases.json)
-#   BENCH_BUDGET_MS=2000   timed runs per case and peer fill about this long
+#   BENCH_BUDGET_MS=1500   timed runs per case, peer and round fill about this long
+#   BENCH_ROUNDS=2         rounds over the suite (the best round median counts)
 #   BENCH_NO_INSTALL=1     never install anything
 #   BENCH_PEAK_GFLOPS=G    FMA peak for the core B check (default 250/thread)
 
 set -u
 THREADS=${1:-2}
 case "$THREADS" in ''|*[!0-9]*|0) echo "usage: bench/run.sh [THREADS]" >&2; exit 2 ;; esac
+case "${BENCH_ROUNDS:-2}" in ''|*[!0-9]*|0) echo "bench: BENCH_ROUNDS must be a positive integer" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.." || exit 2
 ATTNC=${ATTNC:-build/attnc}
-BUDGET_MS=${BENCH_BUDGET_MS:-2000}
+BUDGET_MS=${BENCH_BUDGET_MS:-1500}
+ROUNDS=${BENCH_ROUNDS:-2}
 OUT=bench/results-latest.jsonl
 PY=/usr/bin/python3
 TMP=$(mktemp -d)
@@ -88,6 +91,8 @@ elif [ ! -f bench/node_modules/onnxruntime-node/package.json ] || [ ! -f bench/n
   fi
 fi
 
+ATTNC_SUM=$(cksum <"$ATTNC")
+
 # ---- the machine ----
 MODEL=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
 CORES=$(nproc)
@@ -114,32 +119,46 @@ EOF
 
 json_num() { sed -n "s/.*\"$1\": *\([-0-9.e+]*\).*/\1/p" | head -n 1; }
 
-while IFS=$'\t' read -r ID LABEL SPEC; do
-  echo "== $LABEL: $SPEC" >&2
+err_line() { # peer message-file
+  printf '{"case": "%s", "peer": "%s", "error": "%s"}\n' "$ID" "$1" "$(tr -d '"\\' <"$2" | tr '\n' ' ')"
+}
+
+run_case() { # writes the case's JSON lines, all three peers, to stdout
   # attnc: a 1-run probe (also fills the kernel cache), then enough runs
   if "$ATTNC" bench "$SPEC" --json --backend cc --threads "$THREADS" --runs 1 </dev/null >"$TMP/probe" 2>"$TMP/err"; then
     EST=$(json_num median_ms <"$TMP/probe")
     RUNS=$(awk -v b="$BUDGET_MS" -v e="${EST:-1}" 'BEGIN { r = int(b / (e > 0.001 ? e : 0.001)); if (r < 5) r = 5; if (r > 100) r = 100; print r }')
     if "$ATTNC" bench "$SPEC" --json --backend cc --threads "$THREADS" --runs "$RUNS" </dev/null >"$TMP/a" 2>"$TMP/err"; then
-      sed "s/^{/{\"case\": \"$ID\", \"peer\": \"attnc\", \"requested_threads\": $THREADS, /" "$TMP/a" >> "$OUT"
-    else
-      printf '{"case": "%s", "peer": "attnc", "error": "%s"}\n' "$ID" "$(tr -d '"\\' <"$TMP/err" | tr '\n' ' ')" >> "$OUT"
-    fi
-  else
-    printf '{"case": "%s", "peer": "attnc", "error": "%s"}\n' "$ID" "$(tr -d '"\\' <"$TMP/err" | tr '\n' ' ')" >> "$OUT"
-  fi
+      sed "s/^{/{\"case\": \"$ID\", \"peer\": \"attnc\", \"requested_threads\": $THREADS, /" "$TMP/a"
+    else err_line attnc "$TMP/err"; fi
+  else err_line attnc "$TMP/err"; fi
   grep -v '^attnc: note:' "$TMP/err" >&2
   if [ $TORCH = 1 ]; then
-    timeout 900 "$PY" bench/torch_bench.py --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null >> "$OUT" \
-      || printf '{"case": "%s", "peer": "pytorch", "error": "torch_bench.py failed or timed out"}\n' "$ID" >> "$OUT"
+    timeout 900 "$PY" bench/torch_bench.py --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null \
+      || { echo "torch_bench.py failed or timed out" >"$TMP/err"; err_line pytorch "$TMP/err"; }
   fi
   if [ $ORT = 1 ]; then
-    timeout 900 node bench/ort_bench.js --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null >> "$OUT" \
-      || printf '{"case": "%s", "peer": "ort", "error": "ort_bench.js failed or timed out"}\n' "$ID" >> "$OUT"
+    timeout 900 node bench/ort_bench.js --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null \
+      || { echo "ort_bench.js failed or timed out" >"$TMP/err"; err_line ort "$TMP/err"; }
   fi
-done <<<"$CASES"
+}
+
+# Rounds: the suite runs ROUNDS times, every other round in reverse order;
+# the report takes each peer's best round median (the same rule for all
+# three) and shows how far the rounds were apart.
+for ROUND in $(seq 1 "$ROUNDS"); do
+  if [ $((ROUND % 2)) = 1 ]; then ORDER=$CASES; else ORDER=$(printf '%s\n' "$CASES" | tac); fi
+  while IFS=$'\t' read -r ID LABEL SPEC; do
+    echo "== round $ROUND/$ROUNDS, $LABEL: $SPEC" >&2
+    run_case | sed "s/^{/{\"round\": $ROUND, /" >> "$OUT"
+  done <<<"$ORDER"
+done
 
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$(cksum <"$ATTNC")" != "$ATTNC_SUM" ]; then
+  echo "bench: warning: $ATTNC was rebuilt during the run; its rounds may differ" >&2
+  echo "warning: $ATTNC was rebuilt during the run"
+fi
 echo
 "$PY" bench/report.py "$OUT" --threads "$THREADS" ${BENCH_PEAK_GFLOPS:+--peak-gflops "$BENCH_PEAK_GFLOPS"}
 echo
