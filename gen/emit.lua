@@ -28,11 +28,7 @@ local SLOT_NAMES = {
 }
 M.SLOT_NAMES = SLOT_NAMES
 
-local function shape_text(shape)
-  local t = {}
-  for i, d in ipairs(shape) do t[i] = tostring(d) end
-  return "(" .. concat(t, ", ") .. ")"
-end
+local shape_text = require("plan").shape_text
 
 -- A few lines describing the variant, in the worksheet's words.
 local function summary(p)

@@ -28,11 +28,13 @@ local function prod(list)
 end
 M.prod = prod
 
+-- "(B, S, 64)": a shape as the generated comments write it.
 local function shape_comment(dims)
   local t = {}
   for i, d in ipairs(dims) do t[i] = tostring(d) end
   return "(" .. concat(t, ", ") .. ")"
 end
+M.shape_text = shape_comment
 
 local function sub(list, i, j)
   local out = {}
