@@ -453,7 +453,7 @@ static int cmd_run(struct cli *c)
   attnc_safetensors *files[MAX_FILES];
   attnc_error e;
   attnc_tensor out;
-  int i, rc = 1, total = 0;
+  int i, rc = 1;
   if (c->nfiles == 0) return fail("run needs --tensors FILE (weights and inputs)%s", "");
   if (!c->out) return fail("run needs --out FILE%s", "");
   if (compile_spec(c, &k)) return 1;
@@ -465,14 +465,12 @@ static int cmd_run(struct cli *c)
     if (attnc_bind_dim(b, c->dim_names[i], c->dim_values[i], &e) != ATTNC_OK) { print_error(&e); goto done; }
   if (c->threads && attnc_bindings_set_threads(b, c->threads, &e) != ATTNC_OK) { print_error(&e); goto done; }
   for (i = 0; i < c->nfiles; i++) {
-    int n = 0;
     files[i] = attnc_st_open(c->files[i], &e);
     if (!files[i]) { print_error(&e); goto done; }
-    if (attnc_bind_safetensors(b, files[i], c->prefix, &n, &e) != ATTNC_OK) {
+    if (attnc_bind_safetensors(b, files[i], c->prefix, NULL, &e) != ATTNC_OK) {
       fprintf(stderr, "attnc: error: %s: %s\n", c->files[i], e.message);
       goto done;
     }
-    total += n;
   }
   if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
   {
@@ -518,7 +516,6 @@ done:
   for (i = 0; i < c->nfiles; i++) attnc_st_close(files[i]);
   attnc_bindings_free(b);
   attnc_release(k);
-  (void)total;
   return rc;
 }
 

@@ -292,13 +292,9 @@ static int run_compiler(const char *dir, const char *name, char *log, size_t nlo
   snprintf(src, sizeof src, "%s/%s.c", dir, name);
   snprintf(so, sizeof so, "%s/%s.so", dir, name);
   snprintf(logpath, sizeof logpath, "%s/cc.log", dir);
-  snprintf(extra, sizeof extra, "%s", extra_flags());
+  /* CC_FLAGS (also in the cache key) then ATTNC_CC_FLAGS, split on blanks */
+  snprintf(extra, sizeof extra, "%s %s", CC_FLAGS, extra_flags());
   argv[argc++] = (char *)compiler();
-  argv[argc++] = "-std=c99";
-  argv[argc++] = "-O3";
-  argv[argc++] = "-march=native";
-  argv[argc++] = "-fPIC";
-  argv[argc++] = "-shared";
   {
     char *save = NULL, *tok = strtok_r(extra, " \t", &save);
     while (tok && argc < 50) {
