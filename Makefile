@@ -52,7 +52,7 @@ $(B)/.deps:
 $(B)/embed: tools/embed.c | $(B)/.deps
 	@mkdir -p $(B)
 	@echo "  CC      $@"
-	$(Q)$(CC) -std=c99 -O1 -Wall -Wextra -o $@ $<
+	$(Q)$(CC) -std=c99 -O1 -Wall -Wextra $(LUA_CFLAGS) -o $@ $< -llua5.4 -lm -ldl
 
 $(B)/embedded.c: $(B)/embed $(GEN_SRC) $(TMPL_SRC)
 	@echo "  EMBED   $@"

@@ -8,12 +8,15 @@ local supper, sformat = string.upper, string.format
 
 local template = require("template")
 local templates = require("templates")
+-- templates already compiled by the library (tools/embed.c), by file name
+local precompiled = package.loaded["templates_bc"] or {}
 
 local compiled = {}
 local function render(name, env)
   local fn = compiled[name]
   if not fn then
-    fn = template.compile(templates[name], "templates/" .. name)
+    local chunk = "templates/" .. name
+    fn = precompiled[name] and template.wrap(precompiled[name], chunk) or template.compile(templates[name], chunk)
     compiled[name] = fn
   end
   return fn(env)

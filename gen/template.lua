@@ -34,9 +34,10 @@ local function text_line(line, chunk, lineno)
   return "_o[#_o+1]=" .. concat(parts, "..") .. "..'\\n'"
 end
 
--- Compile template text to a function(env) -> string.
-function M.compile(text, chunk)
-  local src = { "local _o, _s = {}, ... ;" }
+-- Translate template text to the Lua source of a chunk called with
+-- (env, s): env becomes its _ENV, s checks and converts each $(value).
+function M.translate(text, chunk)
+  local src = { "local _ENV, _s = ... ; local _o = {} ;" }
   local lineno = 0
   for line in (text .. (ssub(text, -1) == "\n" and "" or "\n")):gmatch("([^\n]*)\n") do
     lineno = lineno + 1
@@ -44,19 +45,31 @@ function M.compile(text, chunk)
     if code then insert(src, code) else insert(src, text_line(line, chunk, lineno)) end
   end
   insert(src, "return table.concat(_o)")
-  local body = concat(src, "\n")
-  return function(env)
-    local function s(v)
-      if type(v) ~= "string" and type(v) ~= "number" then
-        error(sformat("%s: template value is %s, not text", chunk, tostring(v)), 2)
-      end
-      return tostring(v)
+  return concat(src, "\n")
+end
+
+-- A loaded translation -> function(env) -> string.
+function M.wrap(fn, chunk)
+  local function s(v)
+    if type(v) ~= "string" and type(v) ~= "number" then
+      error(sformat("%s: template value is %s, not text", chunk, tostring(v)), 2)
     end
-    setmetatable(env, { __index = { table = table, string = string, ipairs = ipairs, pairs = pairs, tostring = tostring, math = math } })
-    local fn, err = load(body, "=" .. chunk, "t", env)
-    if not fn then error(err, 0) end
-    return fn(s)
+    return tostring(v)
   end
+  local base = { __index = { table = table, string = string, ipairs = ipairs, pairs = pairs, tostring = tostring, math = math } }
+  return function(env)
+    setmetatable(env, base)
+    return fn(env, s)
+  end
+end
+
+-- Compile template text to a function(env) -> string (loaded once).  The
+-- library embeds templates already translated and compiled to bytecode
+-- (tools/embed.c), so this runs only for templates read from disk.
+function M.compile(text, chunk)
+  local fn, err = load(M.translate(text, chunk), "=" .. chunk, "t", {})
+  if not fn then error(err, 0) end
+  return M.wrap(fn, chunk)
 end
 
 return M

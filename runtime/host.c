@@ -47,8 +47,35 @@ static int on_error(lua_State *L)
   return 1;
 }
 
+/* The embedded entry called name, or NULL. */
+static int find_embedded(const char *name)
+{
+  int i;
+  for (i = 0; attnc_embedded[i].name; i++)
+    if (strcmp(attnc_embedded[i].name, name) == 0) return i;
+  return -1;
+}
+
+/* Push the compiled chunk of embedded file i: its bytecode ("bc:NAME",
+ * made by tools/embed.c) when the file is not read from disk and this Lua
+ * accepts the bytecode, else the text (translated first for templates). */
+static int load_chunk(lua_State *L, const char *name, const char *text, size_t size, int from_disk)
+{
+  char key[160], chunk[160];
+  int bc;
+  snprintf(key, sizeof key, "bc:%s", name);
+  bc = from_disk ? -1 : find_embedded(key);
+  if (bc >= 0) {
+    if (luaL_loadbufferx(L, attnc_embedded[bc].data, attnc_embedded[bc].size, key, "b") == LUA_OK) return 0;
+    lua_pop(L, 1); /* a different Lua build: use the text */
+  }
+  snprintf(chunk, sizeof chunk, "@%s", name);
+  return luaL_loadbufferx(L, text, size, chunk, "t") != LUA_OK;
+}
+
 /* Register every embedded file: gen/X.lua as module X in package.preload,
- * templates/ files as the table module "templates". */
+ * templates/ files as the table module "templates", and templates compiled
+ * to bytecode as functions in the module "templates_bc" (gen/emit.lua). */
 static int load_modules(lua_State *L)
 {
   int i;
@@ -56,32 +83,44 @@ static int load_modules(lua_State *L)
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "preload");
   lua_newtable(L); /* templates */
+  lua_newtable(L); /* templates_bc */
   for (i = 0; attnc_embedded[i].name; i++) {
     const char *name = attnc_embedded[i].name;
     size_t size = attnc_embedded[i].size;
     char *disk = read_source(name, &size);
     const char *data = disk ? disk : attnc_embedded[i].data;
+    size_t len = strlen(name);
     if (strncmp(name, "gen/", 4) == 0) {
-      char chunk[256], mod[128];
-      const char *base = name + 4;
-      size_t len = strlen(base);
-      if (len < 5 || len - 4 >= sizeof mod) { free(disk); continue; }
-      memcpy(mod, base, len - 4);
-      mod[len - 4] = '\0';
-      snprintf(chunk, sizeof chunk, "@%s", name);
-      if (luaL_loadbufferx(L, data, size, chunk, "t") != LUA_OK) { free(disk); return lua_error(L); }
-      lua_setfield(L, -3, mod);
+      char mod[128];
+      if (len < 9 || len - 8 >= sizeof mod) { free(disk); continue; }
+      memcpy(mod, name + 4, len - 8);
+      mod[len - 8] = '\0';
+      if (load_chunk(L, name, data, size, disk != NULL)) { free(disk); return lua_error(L); }
+      lua_setfield(L, -4, mod);
     } else if (strncmp(name, "templates/", 10) == 0) {
       lua_pushlstring(L, data, size);
-      lua_setfield(L, -2, name + 10);
+      lua_setfield(L, -3, name + 10);
+      /* templates read from disk are compiled from their text by emit.lua */
+      if (!disk && len > 5 && strcmp(name + len - 5, ".tmpl") == 0) {
+        char key[160];
+        int bc;
+        snprintf(key, sizeof key, "bc:%s", name);
+        bc = find_embedded(key);
+        if (bc >= 0 && luaL_loadbufferx(L, attnc_embedded[bc].data, attnc_embedded[bc].size, key, "b") == LUA_OK)
+          lua_setfield(L, -2, name + 10);
+        else if (bc >= 0)
+          lua_pop(L, 1);
+      }
     }
     free(disk);
   }
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "loaded");
   lua_pushvalue(L, -3);
+  lua_setfield(L, -2, "templates_bc");
+  lua_pushvalue(L, -4);
   lua_setfield(L, -2, "templates");
-  lua_pop(L, 5);
+  lua_pop(L, 6);
   lua_getglobal(L, "require");
   lua_pushstring(L, "attnc");
   lua_call(L, 1, 1);

@@ -646,6 +646,39 @@ static void test_cli_show(void **state)
   free(canon);
 }
 
+/* The library embeds its Lua as bytecode (tools/embed.c); ATTNC_SRC_DIR
+ * makes it load the text from the tree instead.  Both must generate the
+ * same C, byte for byte. */
+static void test_cli_show_bytecode_equals_text(void **state)
+{
+  static const char *const specs[] = { "mha x=B,S,64 heads=4 causal",
+                                       "alphafold x=B,R,S,16 heads=2 gated global global_mean=masked mask=key",
+                                       "gqa x=B,S,40 heads=4 kv_heads=2 mask=key window=3,0 bias=B,4,S,S" };
+  char cwd[PATH_MAX], probe[PATH_MAX + 32];
+  size_t i;
+  (void)state;
+  if (!getcwd(cwd, sizeof cwd)) fail_msg("getcwd failed");
+  snprintf(probe, sizeof probe, "%s/gen/spec.lua", cwd);
+  if (access(probe, R_OK) != 0) {
+    print_message("skipped: the tests do not run from the source tree (%s has no gen/spec.lua)\n", cwd);
+    skip();
+  }
+  for (i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    cli_result a, b;
+    unsetenv("ATTNC_SRC_DIR");
+    CLI(a, "show", specs[i]);
+    EXPECT_EXIT0(a, "show (embedded bytecode)");
+    setenv("ATTNC_SRC_DIR", cwd, 1);
+    CLI(b, "show", specs[i]);
+    unsetenv("ATTNC_SRC_DIR");
+    EXPECT_EXIT0(b, "show (ATTNC_SRC_DIR text)");
+    if (strcmp(a.out, b.out) != 0) fail_msg("%s: the embedded bytecode and the source text generate different C", specs[i]);
+    assert_true(strlen(a.out) > 1000);
+    cli_free(&a);
+    cli_free(&b);
+  }
+}
+
 static void test_cli_show_header(void **state)
 {
   const char *spec = "mha x=B,S,64 heads=4 name=my_hdr";
@@ -1437,6 +1470,7 @@ int main(void)
     cmocka_unit_test(test_cli_spec_file_equals_string),
     cmocka_unit_test(test_cli_spec_file_is_directory),
     cmocka_unit_test(test_cli_show),
+    cmocka_unit_test(test_cli_show_bytecode_equals_text),
     cmocka_unit_test(test_cli_show_diff),
     cmocka_unit_test(test_cli_run_save_attn),
     cmocka_unit_test(test_cli_show_header),
