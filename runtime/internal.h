@@ -60,7 +60,10 @@ typedef struct attnc_kernel_fns {
 /* jit.c: compile generated C to a callable kernel. */
 attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fns *fns, attnc_error *err);
 void attnc_jit_tcc_free(void *state);
-attnc_status attnc_jit_cc(const attnc_gen *g, void **handle, attnc_kernel_fns *fns, attnc_error *err);
+attnc_status attnc_jit_cc(const char *spec, const attnc_gen *g, void **handle, attnc_kernel_fns *fns, attnc_error *err);
+/* A warm load without the generator: 1 and g, handle, fns filled when the
+ * cache's spec index knows this exact spec text; 0 otherwise. */
+int attnc_jit_cc_lookup(const char *spec, attnc_gen *g, void **handle, attnc_kernel_fns *fns);
 void attnc_jit_cc_free(void *handle);
 
 /* kernel.c */

@@ -67,32 +67,50 @@ static void dump_source(const attnc_gen *g)
   }
 }
 
+/* The kernel of this backend with g's canonical spec, with a new reference, or NULL. */
+static attnc_kernel *cached(attnc_backend be, const char *canonical)
+{
+  attnc_kernel *it;
+  pthread_mutex_lock(&cache_lock);
+  for (it = cache_head; it; it = it->next)
+    if (it->backend == be && strcmp(it->gen.canonical, canonical) == 0) {
+      it->refs++;
+      break;
+    }
+  pthread_mutex_unlock(&cache_lock);
+  return it;
+}
+
 attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_error *err)
 {
   attnc_gen g;
   attnc_kernel *k, *it;
   attnc_backend be = pick_backend(opts);
-  attnc_status s;
+  attnc_status s = ATTNC_OK;
+  void *state = NULL;
+  attnc_kernel_fns fns;
   attnc_err_clear(err);
   if (be != ATTNC_BACKEND_TCC && be != ATTNC_BACKEND_CC) {
     attnc_err_set(err, ATTNC_EARG, "unknown backend %d (use ATTNC_BACKEND_TCC or ATTNC_BACKEND_CC)", (int)be);
     return NULL;
   }
-  if (attnc_host_generate(spec, spec_name(opts), &g, err) != ATTNC_OK) return NULL;
-
-  pthread_mutex_lock(&cache_lock);
-  for (it = cache_head; it; it = it->next) {
-    if (it->backend == be && strcmp(it->gen.canonical, g.canonical) == 0) {
-      it->refs++;
-      pthread_mutex_unlock(&cache_lock);
-      attnc_gen_free(&g);
-      return it;
-    }
+  if (!spec) {
+    attnc_err_set(err, ATTNC_EARG, "the spec is NULL");
+    return NULL;
   }
-  pthread_mutex_unlock(&cache_lock);
-
+  /* cc: a spec this cache has built before loads without the generator */
+  if (!(be == ATTNC_BACKEND_CC && attnc_jit_cc_lookup(spec, &g, &state, &fns))) {
+    state = NULL;
+    if (attnc_host_generate(spec, spec_name(opts), &g, err) != ATTNC_OK) return NULL;
+  }
+  if ((it = cached(be, g.canonical))) {
+    if (state) attnc_jit_cc_free(state);
+    attnc_gen_free(&g);
+    return it;
+  }
   k = calloc(1, sizeof *k);
   if (!k) {
+    if (state) attnc_jit_cc_free(state);
     attnc_gen_free(&g);
     attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
     return NULL;
@@ -101,8 +119,13 @@ attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_e
   k->backend = be;
   k->refs = 1;
   k->threads = opts ? opts->threads : 0;
-  s = (be == ATTNC_BACKEND_CC) ? attnc_jit_cc(&k->gen, &k->state, &k->fns, err)
-                               : attnc_jit_tcc(&k->gen, &k->state, &k->fns, err);
+  if (state) {
+    k->state = state;
+    k->fns = fns;
+  } else {
+    s = (be == ATTNC_BACKEND_CC) ? attnc_jit_cc(spec, &k->gen, &k->state, &k->fns, err)
+                                 : attnc_jit_tcc(&k->gen, &k->state, &k->fns, err);
+  }
   if (s != ATTNC_OK) {
     attnc_gen_free(&k->gen);
     free(k);

@@ -438,12 +438,14 @@ static int cli_checks(int n, const char *cache, const char *spec)
 }
 
 /* Names in dir: *so gets the number of .so files (and the path of the last
- * one), *other the number of anything else. */
+ * one), g_idx the number of spec index files (spec-*.idx), *other the
+ * number of anything else. */
+static int g_idx;
 static void scan_cache(const char *dir, int *so, int *other, char *path, size_t n)
 {
   DIR *d = opendir(dir);
   struct dirent *de;
-  *so = *other = 0;
+  *so = *other = g_idx = 0;
   assert_non_null(d);
   while ((de = readdir(d))) {
     size_t len = strlen(de->d_name);
@@ -451,6 +453,8 @@ static void scan_cache(const char *dir, int *so, int *other, char *path, size_t 
     if (len > 3 && strcmp(de->d_name + len - 3, ".so") == 0) {
       (*so)++;
       if (path) snprintf(path, n, "%s/%s", dir, de->d_name);
+    } else if (strncmp(de->d_name, "spec-", 5) == 0 && len > 9 && strcmp(de->d_name + len - 4, ".idx") == 0) {
+      g_idx++;
     } else {
       (*other)++;
       print_error("unexpected entry in the cache: %s\n", de->d_name);
@@ -478,7 +482,8 @@ static void test_stress_processes_share_cc_cache(void **state)
     if (cli_checks(nproc, cache, spec)) fail_msg("round %d: processes sharing a fresh cache failed (above)", round);
     scan_cache(cache, &so, &other, NULL, 0);
     assert_int_equal(so, 1);    /* one entry, however many built it */
-    assert_int_equal(other, 0); /* no build folders or logs left behind */
+    assert_int_equal(g_idx, 1); /* and one spec index entry */
+    assert_int_equal(other, 0); /* no build folders, logs or temp files left behind */
   }
   print_message("  3 rounds of 2-4 processes on one fresh cache: %.2f s\n", now_s() - t0);
 }
@@ -558,6 +563,7 @@ static void test_stress_corrupt_cache_rebuilt(void **state)
     }
     scan_cache(cache, &so, &other, NULL, 0);
     assert_int_equal(so, 1);
+    assert_int_equal(g_idx, 1);
     assert_int_equal(other, 0);
     read_all(so_path, &after, &n_after);
     if (n_after != n_good || memcmp(after, "\177ELF", 4) != 0) {
@@ -570,6 +576,128 @@ static void test_stress_corrupt_cache_rebuilt(void **state)
   free(foreign);
   if (failures) fail_msg("%d of %d corrupted cache entries were not detected and rebuilt (above)", failures, NCORRUPT);
   print_message("  %d corrupted cache entries rebuilt: %.2f s\n", NCORRUPT, now_s() - t0);
+}
+
+/* The spec index (runtime/jit.c): a warm cc load in a new process finds
+ * the object and the generator's result by the spec text, without Lua.
+ * attnc_jit_cc_lookup() must give exactly what the generator gave, and
+ * miss (so the generator runs) for any other text, a damaged entry, or an
+ * entry copied from another spec. */
+static int same_gen(const attnc_gen *a, const attnc_gen *b)
+{
+  attnc_gen x = *a, y = *b;
+  int i;
+  if (strcmp(a->canonical, b->canonical) || strcmp(a->name, b->name) || strcmp(a->source, b->source) ||
+      strcmp(a->header, b->header) || a->ndims != b->ndims)
+    return 0;
+  for (i = 0; i < a->ndims; i++)
+    if (strcmp(a->dim_names[i], b->dim_names[i])) return 0;
+  x.canonical = x.name = x.source = x.header = y.canonical = y.name = y.source = y.header = NULL;
+  x.dim_names = y.dim_names = NULL;
+  return memcmp(&x, &y, sizeof x) == 0;
+}
+
+static char *only_idx(const char *dir)
+{
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  char *found = NULL;
+  assert_non_null(d);
+  while ((de = readdir(d)))
+    if (strncmp(de->d_name, "spec-", 5) == 0) {
+      assert_null(found);
+      found = malloc(strlen(dir) + strlen(de->d_name) + 2);
+      sprintf(found, "%s/%s", dir, de->d_name);
+    }
+  closedir(d);
+  assert_non_null(found);
+  return found;
+}
+
+static void test_stress_spec_index(void **state)
+{
+  const char *spec = "gqa x=B,S,32 heads=4 kv_heads=2 mask=key causal name=stress_index";
+  const char *spec_b = "mha x=B,S,32 heads=4 window=2,1 name=stress_index_b";
+  char cache[700], cache_b[700], *idx, *idx_b;
+  const char *old = getenv("ATTNC_CACHE_DIR");
+  char *saved = old ? strdup(old) : NULL;
+  attnc_options o = { ATTNC_BACKEND_CC, 1, NULL };
+  attnc_error e;
+  attnc_kernel *k;
+  attnc_gen g;
+  attnc_kernel_fns fns;
+  void *h;
+  unsigned char *good, *other;
+  size_t n_good, n_other;
+  (void)state;
+  fresh_dir(cache, sizeof cache, "index");
+  fresh_dir(cache_b, sizeof cache_b, "index_b");
+  setenv("ATTNC_CACHE_DIR", cache_b, 1);
+  k = attnc_compile(spec_b, &o, &e);
+  if (!k) fail_msg("compile: %s", e.message);
+  attnc_release(k);
+  idx_b = only_idx(cache_b);
+  setenv("ATTNC_CACHE_DIR", cache, 1);
+  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0); /* nothing built yet */
+  k = attnc_compile(spec, &o, &e);
+  if (!k) fail_msg("compile: %s", e.message);
+  idx = only_idx(cache);
+  /* a hit gives the generator's result and a working object */
+  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 1);
+  if (!same_gen(&g, attnc_kernel_gen(k))) fail_msg("the spec index returned a different generator result");
+  assert_non_null(fns.run);
+  attnc_jit_cc_free(h);
+  attnc_gen_free(&g);
+  attnc_release(k);
+  /* other text for the same kernel: a miss */
+  {
+    char spaced[200];
+    snprintf(spaced, sizeof spaced, "%s ", spec);
+    assert_int_equal(attnc_jit_cc_lookup(spaced, &g, &h, &fns), 0);
+  }
+  read_all(idx, &good, &n_good);
+  /* damaged: one byte flipped, cut short */
+  good[n_good / 2] ^= 1;
+  write_all(idx, good, n_good);
+  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+  good[n_good / 2] ^= 1;
+  write_all(idx, good, n_good - 20);
+  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+  /* another spec's entry under this spec's key (as a hash collision would be) */
+  read_all(idx_b, &other, &n_other);
+  write_all(idx, other, n_other);
+  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+  /* the next compile rewrites the entry, and it hits again */
+  k = attnc_compile(spec, &o, &e);
+  if (!k) fail_msg("compile after damage: %s", e.message);
+  attnc_release(k);
+  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 1);
+  attnc_jit_cc_free(h);
+  attnc_gen_free(&g);
+  /* the object gone: a miss, and the next compile rebuilds it */
+  {
+    char so[1400];
+    int n_so, n_other_files;
+    scan_cache(cache, &n_so, &n_other_files, so, sizeof so);
+    assert_int_equal(unlink(so), 0);
+    assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+    k = attnc_compile(spec, &o, &e);
+    if (!k) fail_msg("compile after the object was removed: %s", e.message);
+    attnc_release(k);
+    assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 1);
+    attnc_jit_cc_free(h);
+    attnc_gen_free(&g);
+  }
+  /* ATTNC_SRC_DIR (the generator read from disk) never uses the index */
+  setenv("ATTNC_SRC_DIR", "/nonexistent", 1);
+  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+  unsetenv("ATTNC_SRC_DIR");
+  if (saved) setenv("ATTNC_CACHE_DIR", saved, 1);
+  free(saved);
+  free(good);
+  free(other);
+  free(idx);
+  free(idx_b);
 }
 
 static int setup(void **state)
@@ -597,6 +725,7 @@ int main(void)
     /* the processes first: fork() before this process has pool threads */
     cmocka_unit_test(test_stress_processes_share_cc_cache),
     cmocka_unit_test(test_stress_corrupt_cache_rebuilt),
+    cmocka_unit_test(test_stress_spec_index),
     cmocka_unit_test(test_stress_compile_32_threads),
     cmocka_unit_test(test_stress_one_kernel_many_threads),
     cmocka_unit_test(test_stress_compile_release_cycles),

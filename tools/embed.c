@@ -144,6 +144,20 @@ int main(int argc, char **argv)
     names[nfiles++] = copy(path);
   }
   if (ok) {
+    /* a hash of every embedded file: part of the cc backend's spec index key */
+    unsigned long long h = 0xcbf29ce484222325ULL;
+    for (i = 3; i < argc; i++) {
+      size_t n, j;
+      char *text;
+      snprintf(path, sizeof path, "%s/%s", argv[2], argv[i]);
+      if (!(text = slurp(path, &n))) { ok = 0; break; }
+      for (j = 0; argv[i][j]; j++) h = (h ^ (unsigned char)argv[i][j]) * 0x100000001b3ULL;
+      for (j = 0; j < n; j++) h = (h ^ (unsigned char)text[j]) * 0x100000001b3ULL;
+      free(text);
+    }
+    fprintf(out, "const char attnc_generator_id[] = \"%016llx\";\n", h);
+  }
+  if (ok) {
     fprintf(out, "const struct { const char *name; const char *data; size_t size; } attnc_embedded[] = {\n");
     for (i = 0; i < nfiles; i++)
       fprintf(out, "  { \"%s\", file_%d, sizeof file_%d - 1 },\n", names[i], i, i);
