@@ -28,6 +28,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -751,16 +752,32 @@ static void write_bytes(const char *path, const void *p, size_t n)
   assert_int_equal(fclose(f), 0);
 }
 
-/* Run the CLI with args (NULL-terminated); stderr into *err (caller frees).
- * Returns the exit status, or 128 + signal; the child is killed after 20 s. */
-static int run_cli(const char *const *args, char **err)
+static char *read_text(const char *path)
 {
-  char errpath[600];
+  FILE *f = fopen(path, "rb");
+  char *t;
+  long n;
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  t = calloc(1, (size_t)n + 1);
+  assert_non_null(t);
+  assert_int_equal(fread(t, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  return t;
+}
+
+/* Run the CLI with args (NULL-terminated); stderr into *err and, when out
+ * is not NULL, stdout into *out (caller frees).  Returns the exit status,
+ * or 128 + signal; the child is killed after 20 s. */
+static int run_cli_io(const char *const *args, char **out, char **err)
+{
+  char errpath[600], outpath[600];
   pid_t pid;
   int st, fd;
-  FILE *f;
-  long n;
   snprintf(errpath, sizeof errpath, "%s/stderr.txt", g_dir);
+  snprintf(outpath, sizeof outpath, "%s/stdout.txt", g_dir);
   fflush(NULL);
   pid = fork();
   assert_true(pid >= 0);
@@ -773,6 +790,12 @@ static int run_cli(const char *const *args, char **err)
     close(fd);
     fd = open("/dev/null", O_RDWR);
     if (fd >= 0) { dup2(fd, 0); dup2(fd, 1); close(fd); }
+    if (out) {
+      fd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0) _exit(126);
+      dup2(fd, 1);
+      close(fd);
+    }
     argv[0] = (char *)attnc_bin();
     for (i = 0; args[i] && i < 30; i++) argv[i + 1] = (char *)args[i];
     argv[i + 1] = NULL;
@@ -781,17 +804,12 @@ static int run_cli(const char *const *args, char **err)
     _exit(127);
   }
   while (waitpid(pid, &st, 0) < 0) assert_int_equal(errno, EINTR);
-  f = fopen(errpath, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  *err = calloc(1, (size_t)n + 1);
-  assert_non_null(*err);
-  assert_int_equal(fread(*err, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
+  *err = read_text(errpath);
+  if (out) *out = read_text(outpath);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
+
+static int run_cli(const char *const *args, char **err) { return run_cli_io(args, NULL, err); }
 
 static void expect_cli_refusal(const char *what, const char *const *args, const char *want)
 {
@@ -875,6 +893,119 @@ static void test_validation_cli_refuses_bad_files(void **state)
   }
   unlink(wpath);
   unlink(bpath);
+}
+
+/* ------------------------------------------------------------------ */
+/* hostile specs through the CLI (tests/hostile/specs.txt)            */
+
+/* Decode \n \r \t \\ \xHH into buf; returns the length. */
+static size_t unescape(const char *s, size_t n, char *buf)
+{
+  size_t i = 0, o = 0;
+  while (i < n) {
+    if (s[i] == '\\' && i + 1 < n) {
+      char c = s[i + 1];
+      if (c == 'n' || c == 'r' || c == 't' || c == '\\') {
+        buf[o++] = c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : '\\';
+        i += 2;
+        continue;
+      }
+      if (c == 'x' && i + 3 < n) {
+        char hex[3] = { s[i + 2], s[i + 3], 0 };
+        buf[o++] = (char)strtol(hex, NULL, 16);
+        i += 4;
+        continue;
+      }
+    }
+    buf[o++] = s[i++];
+  }
+  return o;
+}
+
+static double wall_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One hostile spec (bytes in a spec file) through explain, show and run. */
+static int refuse_everywhere(const char *what, const char *bytes, size_t n, const char *needle, const char *tensors)
+{
+  char path[600], arg[700], opath[600];
+  const char *cmds[3] = { "explain", "show", "run" };
+  int c, bad = 0;
+  snprintf(path, sizeof path, "%s/hostile.attn", g_dir);
+  snprintf(arg, sizeof arg, "@%s", path);
+  snprintf(opath, sizeof opath, "%s/hostile-out.safetensors", g_dir);
+  write_bytes(path, bytes, n);
+  for (c = 0; c < 3; c++) {
+    char *out = NULL, *err = NULL;
+    double t0 = wall_s(), dt;
+    int st = c == 2 ? run_cli_io((const char *const[]){ "run", arg, "--tensors", tensors, "--out", opath, NULL }, &out, &err)
+                    : run_cli_io((const char *const[]){ cmds[c], arg, NULL }, &out, &err);
+    struct stat sb;
+    dt = wall_s() - t0;
+    if (st < 1 || st > 127 || !strstr(err, "error") || dt > 10 || (needle && strstr(out, needle)) ||
+        stat(opath, &sb) == 0) {
+      print_error("hostile spec %s: attnc %s: exit %d, %.1f s, stderr: %.300s%s%s\n", what, cmds[c], st, dt, err,
+                  needle && strstr(out, needle) ? " -- the injected text reached stdout: " : "",
+                  needle && strstr(out, needle) ? needle : "");
+      unlink(opath);
+      bad++;
+    }
+    free(out);
+    free(err);
+  }
+  return bad;
+}
+
+static void test_validation_hostile_specs(void **state)
+{
+  char *list, *line, *save = NULL, tensors[600], *big;
+  int failures = 0, count = 0;
+  size_t i;
+  attnc_error e;
+  const char *xn = "x";
+  attnc_tensor x = T(ATTNC_F32, zeros, 2, 3, 8);
+  (void)state;
+  if (access("tests/hostile/specs.txt", R_OK) != 0) {
+    print_message("skipped: tests/hostile/specs.txt is not here (run from the source tree)\n");
+    skip();
+  }
+  snprintf(tensors, sizeof tensors, "%s/hostile-in.safetensors", g_dir);
+  assert_int_equal(attnc_st_write(tensors, 1, &xn, &x, &e), ATTNC_OK);
+  list = read_text("tests/hostile/specs.txt");
+  for (line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    char buf[1024], *tab, *needle = NULL;
+    size_t n;
+    if (line[0] == '#' || !line[0]) continue;
+    if ((tab = strchr(line, '\t'))) {
+      *tab = '\0';
+      needle = tab + 1;
+    }
+    assert_true(strlen(line) < sizeof buf);
+    n = unescape(line, strlen(line), buf);
+    failures += refuse_everywhere(line, buf, n, needle, tensors);
+    count++;
+  }
+  free(list);
+  /* a NUL byte inside a spec file */
+  failures += refuse_everywhere("with a NUL byte", "mha x=B,S,8 heads=2\0 name=evil", 31, "evil", tensors);
+  /* 1 MiB of valid-looking words, and one 64 KiB word */
+  big = malloc((size_t)1 << 20);
+  assert_non_null(big);
+  for (i = 0; i + 12 <= ((size_t)1 << 20); i += 12) memcpy(big + i, "heads=2     ", 12);
+  memcpy(big, "mha x=B,S,8 ", 12);
+  failures += refuse_everywhere("of 1 MiB", big, (size_t)1 << 20, NULL, tensors);
+  memset(big, 'a', 65536);
+  failures += refuse_everywhere("with a 64 KiB word", big, 65536, NULL, tensors);
+  free(big);
+  count += 3;
+  print_message("  %d hostile specs, each through explain, show and run\n", count);
+  if (failures) fail_msg("%d refusals failed (above)", failures);
+  assert_true(count >= 60);
+  unlink(tensors);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1357,6 +1488,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_validation_safetensors_malformed),
     cmocka_unit_test(test_validation_safetensors_every_prefix_and_byte),
     cmocka_unit_test(test_validation_cli_refuses_bad_files),
+    cmocka_unit_test(test_validation_hostile_specs),
     cmocka_unit_test(test_validation_extra_tensors_ignored),
     cmocka_unit_test(test_validation_nan_propagates),
     cmocka_unit_test(test_validation_inf_propagates),
