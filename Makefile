@@ -103,6 +103,8 @@ test: all $(TESTS:%=$(B)/tests/%)
 	  echo "docs/tutorial.md is stale: run tools/tutorial.sh $(B)/attnc > docs/tutorial.md"; exit 1; }
 	@echo "== AOT example (examples/aot/check.sh)"
 	@sh examples/aot/check.sh $(B)/attnc $(B)/example
+	@echo "== examples: real-checkpoint layouts on tcc and cc (make examples)"
+	@$(MAKE) --no-print-directory examples
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(B)/attnc sh tests/run_all.sh $(B) $(TESTS)
 
@@ -205,6 +207,21 @@ clean:
 # ---- the AOT example: one generated kernel, no Lua or tcc in the binary ----
 example: $(B)/attnc
 	@sh examples/aot/check.sh $(B)/attnc $(B)/example
+
+# ---- examples: JIT programs on real checkpoint layouts, each built against
+# libattnc.a and run on its folder's data with both backends (README.md in
+# each folder; the data comes from tools/make_examples.py) ----
+EXAMPLES := af_msa_row gpt_decode cross_attn
+.PHONY: examples
+examples: $(EXAMPLES:%=$(B)/examples/%)
+	@fail=""; for e in $(EXAMPLES); do for be in tcc cc; do \
+	  ATTNC_BACKEND=$$be ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache $(B)/examples/$$e examples/$$e || fail="$$fail $$e($$be)"; \
+	done; done; \
+	if [ -n "$$fail" ]; then echo "examples FAILED:$$fail"; exit 1; fi
+$(B)/examples/%: examples/%/main.c runtime/attnc.h $(B)/libattnc.a
+	@mkdir -p $(B)/examples
+	@echo "  CC      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(B)/libattnc.a $(LDLIBS)
 
 # ---- install into a temporary prefix, then build and run a program with
 # pkg-config (shared and static) outside the source tree ----

@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+# make_examples.py: the checkpoints and inputs of the example programs in
+# examples/af_msa_row, examples/gpt_decode and examples/cross_attn.
+#
+# Regenerate everything (deterministic, fixed seeds) with
+#
+#     /usr/bin/python3 tools/make_examples.py
+#
+# (Debian's python3-torch; only the standard library, torch and numpy.)
+# Each example gets two files in its folder:
+#
+#   checkpoint.safetensors  a small model checkpoint laid out like the real
+#                           one (OpenFold, Hugging Face Llama, torch
+#                           nn.Transformer): the attention layer the example
+#                           runs, under its full prefix, among tensors of
+#                           other layers that the example must ignore
+#                           (some with the very same suffixes);
+#   inputs.safetensors      the attention layer's inputs under the names
+#                           attnc binds (x, kv, bias, mask) and `expected`,
+#                           the layer's output computed here with PyTorch.
+#
+# Weights and inputs are drawn in float64, rounded to float32 and stored as
+# F32; the expected output is computed in float64 from the rounded values
+# (so it is the exact answer for the stored data) and stored as F32.  The
+# expected outputs come from PyTorch modules and ops written after each
+# model's own code (OpenFold's Attention, Hugging Face's LlamaAttention,
+# torch.nn.MultiheadAttention inside nn.Transformer), never from attnc.
+
+import json
+import math
+import os
+import struct
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EX_DIR = os.path.join(ROOT, "examples")
+
+torch.set_default_dtype(torch.float64)
+
+ST_DTYPES = {"F64": ("<f8", 8), "I64": ("<i8", 8), "F32": ("<f4", 4), "U8": ("u1", 1), "BOOL": ("?", 1)}
+
+
+def write_safetensors(path, tensors, metadata):
+    """tensors: list of (name, st_dtype, numpy array).  Wider dtypes first so
+    every tensor's data is aligned to its element size; the header is
+    padded with spaces to a multiple of 8 bytes."""
+    order = sorted(tensors, key=lambda e: -ST_DTYPES[e[1]][1])  # stable: keeps the given order
+    header = {"__metadata__": metadata}
+    blobs = []
+    off = 0
+    for name, dt, arr in order:
+        assert name not in header, name
+        b = np.ascontiguousarray(np.asarray(arr).astype(ST_DTYPES[dt][0])).tobytes()
+        header[name] = {"dtype": dt, "shape": list(np.asarray(arr).shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((-len(h)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+    print("wrote %s (%d tensors, %d bytes)" % (os.path.relpath(path, ROOT), len(tensors), 8 + len(h) + off))
+
+
+def f32(t):
+    """Round a float64 tensor to float32 values (kept as float64)."""
+    return t.to(torch.float32).to(torch.float64)
+
+
+def npf32(t):
+    return t.detach().to(torch.float32).numpy()
+
+
+def linear_init(gen, out_f, in_f, gain=1.0):
+    bound = gain / math.sqrt(in_f)
+    return f32((torch.rand(out_f, in_f, generator=gen) * 2 - 1) * bound)
+
+
+def vec_init(gen, n, amp):
+    return f32((torch.rand(n, generator=gen) * 2 - 1) * amp)
+
+
+# --------------------------------------------------------------------------
+# 1. AlphaFold 2 MSA row attention with pair bias (OpenFold names)
+# --------------------------------------------------------------------------
+
+def af_msa_row():
+    """OpenFold MSARowAttentionWithPairBias, whose `mha` is an
+    openfold.model.primitives.Attention(c_m, c_m, c_m, c_hidden, no_heads,
+    gating=True): linear_q/k/v without bias, linear_g and linear_o with.
+    The example runs `mha` on m after layer_norm_m (x) with the pair bias
+    linear_z(layer_norm_z(z)) (bias) and the MSA mask (mask)."""
+    gen = torch.Generator().manual_seed(1001)
+    S, R, c_m, c_z, H, c = 3, 10, 24, 8, 4, 8  # H*c = 32 != c_m: head_dim is its own setting
+    pre = "evoformer.blocks.0."
+    ck = []
+
+    def put(name, t):
+        ck.append((name, "F32", npf32(t)))
+        return t
+
+    def mha_weights(p):
+        w = {}
+        w["q"] = put(p + "linear_q.weight", linear_init(gen, H * c, c_m))
+        w["k"] = put(p + "linear_k.weight", linear_init(gen, H * c, c_m))
+        w["v"] = put(p + "linear_v.weight", linear_init(gen, H * c, c_m))
+        w["g"] = put(p + "linear_g.weight", linear_init(gen, H * c, c_m))
+        w["bg"] = put(p + "linear_g.bias", vec_init(gen, H * c, 1.0))
+        w["o"] = put(p + "linear_o.weight", linear_init(gen, c_m, H * c))
+        w["bo"] = put(p + "linear_o.bias", vec_init(gen, c_m, 0.2))
+        return w
+
+    ln_m_w = put(pre + "msa_att_row.layer_norm_m.weight", f32(1 + 0.1 * torch.randn(c_m, generator=gen)))
+    ln_m_b = put(pre + "msa_att_row.layer_norm_m.bias", f32(0.1 * torch.randn(c_m, generator=gen)))
+    ln_z_w = put(pre + "msa_att_row.layer_norm_z.weight", f32(1 + 0.1 * torch.randn(c_z, generator=gen)))
+    ln_z_b = put(pre + "msa_att_row.layer_norm_z.bias", f32(0.1 * torch.randn(c_z, generator=gen)))
+    lin_z = put(pre + "msa_att_row.linear_z.weight", linear_init(gen, H, c_z, gain=2.0))
+    w = mha_weights(pre + "msa_att_row.mha.")
+    # decoys: the column attention of the same block has the same suffixes
+    put(pre + "msa_att_col._msa_att.layer_norm_m.weight", f32(1 + 0.1 * torch.randn(c_m, generator=gen)))
+    put(pre + "msa_att_col._msa_att.layer_norm_m.bias", f32(0.1 * torch.randn(c_m, generator=gen)))
+    mha_weights(pre + "msa_att_col._msa_att.mha.")
+    put(pre + "msa_transition.layer_norm.weight", f32(1 + 0.1 * torch.randn(c_m, generator=gen)))
+    put(pre + "msa_transition.layer_norm.bias", f32(0.1 * torch.randn(c_m, generator=gen)))
+    put(pre + "msa_transition.linear_1.weight", linear_init(gen, 4 * c_m, c_m))
+    put(pre + "msa_transition.linear_1.bias", vec_init(gen, 4 * c_m, 0.1))
+    put(pre + "msa_transition.linear_2.weight", linear_init(gen, c_m, 4 * c_m))
+    put(pre + "msa_transition.linear_2.bias", vec_init(gen, c_m, 0.1))
+
+    # inputs: the MSA and pair representations, the MSA mask (OpenFold: float 0/1)
+    m = f32(torch.randn(S, R, c_m, generator=gen))
+    z = f32(torch.randn(R, R, c_z, generator=gen))
+    mask = torch.ones(S, R)
+    mask[:, R - 2:] = 0          # two padding residues in every sequence
+    mask[1, 3] = 0               # and one more key masked in sequence 1
+
+    # what MSARowAttentionWithPairBias.forward hands to self.mha
+    x = f32(F.layer_norm(m, (c_m,), ln_m_w, ln_m_b))
+    bias = f32(F.linear(F.layer_norm(z, (c_z,), ln_z_w, ln_z_b), lin_z).permute(2, 0, 1))  # (H, R, R)
+    inf = 1e9
+    mask_bias = (inf * (mask - 1))[..., :, None, None, :]   # (S, 1, 1, R)
+
+    # openfold.model.primitives.Attention.forward (_prep_qkv, _attention, gating, linear_o)
+    q = F.linear(x, w["q"]).view(S, R, H, c).transpose(-2, -3)   # (S, H, R, c)
+    k = F.linear(x, w["k"]).view(S, R, H, c).transpose(-2, -3)
+    v = F.linear(x, w["v"]).view(S, R, H, c).transpose(-2, -3)
+    q = q / math.sqrt(c)
+    a = torch.matmul(q, k.transpose(-1, -2))                      # (S, H, R, R)
+    for b in (mask_bias, bias.unsqueeze(-4)):
+        a = a + b
+    a = torch.softmax(a, dim=-1)
+    o = torch.matmul(a, v).transpose(-2, -3)                       # (S, R, H, c)
+    g = torch.sigmoid(F.linear(x, w["g"], w["bg"])).view(S, R, H, c)
+    o = (o * g).reshape(S, R, H * c)
+    out = F.linear(o, w["o"], w["bo"])
+
+    d = os.path.join(EX_DIR, "af_msa_row")
+    meta = {"format": "pt", "made_by": "tools/make_examples.py"}
+    write_safetensors(os.path.join(d, "checkpoint.safetensors"), ck, meta)
+    write_safetensors(os.path.join(d, "inputs.safetensors"), [
+        ("x", "F32", npf32(x)), ("bias", "F32", npf32(bias)), ("mask", "F32", npf32(mask)),
+        ("expected", "F32", npf32(out))], meta)
+
+
+# --------------------------------------------------------------------------
+# 2. Llama-style GQA causal self-attention (Hugging Face names), decoding
+# --------------------------------------------------------------------------
+
+def gpt_decode():
+    """transformers' LlamaAttention with attention_bias=True (biases on
+    q_proj, k_proj, v_proj and o_proj), 4 heads sharing 2 kv heads, and no
+    rotary embedding (apply_rotary_pos_emb left out: the spec language has
+    none).  expected is the full-sequence causal output for all N tokens;
+    the example checks the prompt rows with a full kernel and every later
+    row with a decode step over a KV cache."""
+    gen = torch.Generator().manual_seed(2002)
+    hidden, H, G, N, vocab, inter = 64, 4, 2, 12, 16, 32
+    c = hidden // H
+    ck = []
+
+    def put(name, t):
+        ck.append((name, "F32", npf32(t)))
+        return t
+
+    def attn_weights(p):
+        w = {}
+        w["q"] = put(p + "q_proj.weight", linear_init(gen, H * c, hidden))
+        w["bq"] = put(p + "q_proj.bias", vec_init(gen, H * c, 0.2))
+        w["k"] = put(p + "k_proj.weight", linear_init(gen, G * c, hidden))
+        w["bk"] = put(p + "k_proj.bias", vec_init(gen, G * c, 0.2))
+        w["v"] = put(p + "v_proj.weight", linear_init(gen, G * c, hidden))
+        w["bv"] = put(p + "v_proj.bias", vec_init(gen, G * c, 0.2))
+        w["o"] = put(p + "o_proj.weight", linear_init(gen, hidden, H * c))
+        w["bo"] = put(p + "o_proj.bias", vec_init(gen, hidden, 0.2))
+        return w
+
+    put("model.embed_tokens.weight", f32(torch.randn(vocab, hidden, generator=gen)))
+    put("model.layers.0.input_layernorm.weight", f32(1 + 0.1 * torch.randn(hidden, generator=gen)))
+    w = attn_weights("model.layers.0.self_attn.")
+    put("model.layers.0.post_attention_layernorm.weight", f32(1 + 0.1 * torch.randn(hidden, generator=gen)))
+    put("model.layers.0.mlp.gate_proj.weight", linear_init(gen, inter, hidden))
+    put("model.layers.0.mlp.up_proj.weight", linear_init(gen, inter, hidden))
+    put("model.layers.0.mlp.down_proj.weight", linear_init(gen, hidden, inter))
+    put("model.layers.1.input_layernorm.weight", f32(1 + 0.1 * torch.randn(hidden, generator=gen)))
+    attn_weights("model.layers.1.self_attn.")       # decoys with the same suffixes
+    put("model.norm.weight", f32(1 + 0.1 * torch.randn(hidden, generator=gen)))
+
+    # the layer's input: hidden states of N tokens (after input_layernorm)
+    x = f32(torch.randn(1, N, hidden, generator=gen))
+
+    # LlamaAttention.forward, without the rotary embedding
+    bsz, q_len = 1, N
+    q = F.linear(x, w["q"], w["bq"]).view(bsz, q_len, H, c).transpose(1, 2)   # (1, H, N, c)
+    k = F.linear(x, w["k"], w["bk"]).view(bsz, q_len, G, c).transpose(1, 2)   # (1, G, N, c)
+    v = F.linear(x, w["v"], w["bv"]).view(bsz, q_len, G, c).transpose(1, 2)
+
+    def repeat_kv(h, n_rep):  # transformers.models.llama.modeling_llama.repeat_kv
+        b, nkv, slen, hd = h.shape
+        if n_rep == 1:
+            return h
+        h = h[:, :, None, :, :].expand(b, nkv, n_rep, slen, hd)
+        return h.reshape(b, nkv * n_rep, slen, hd)
+
+    k, v = repeat_kv(k, H // G), repeat_kv(v, H // G)
+    causal = torch.triu(torch.full((q_len, q_len), float("-inf")), diagonal=1)
+    a = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(c) + causal
+    a = F.softmax(a, dim=-1)
+    o = torch.matmul(a, v).transpose(1, 2).reshape(bsz, q_len, H * c)
+    out = F.linear(o, w["o"], w["bo"])
+
+    d = os.path.join(EX_DIR, "gpt_decode")
+    meta = {"format": "pt", "made_by": "tools/make_examples.py"}
+    write_safetensors(os.path.join(d, "checkpoint.safetensors"), ck, meta)
+    write_safetensors(os.path.join(d, "inputs.safetensors"), [
+        ("x", "F32", npf32(x)), ("expected", "F32", npf32(out))], meta)
+
+
+# --------------------------------------------------------------------------
+# 3. Encoder-decoder cross-attention (torch nn.Transformer names)
+# --------------------------------------------------------------------------
+
+def cross_attn():
+    """A whole torch.nn.Transformer (1 encoder and 1 decoder layer, post-norm)
+    saved with its state_dict names; the example runs the decoder layer's
+    cross-attention decoder.layers.0.multihead_attn (in_proj_weight,
+    in_proj_bias, out_proj.*).  Its inputs are computed by the model itself:
+    kv is the encoder output (memory) for padded source sentences, x the
+    decoder states after the self-attention block (norm1), exactly what
+    TransformerDecoderLayer passes to _mha_block; expected is
+    multihead_attn(x, memory, memory, key_padding_mask)."""
+    torch.manual_seed(3003)
+    d_model, nhead, ff, B, T, S = 32, 4, 64, 2, 5, 9
+    lengths = [9, 6]  # source tokens per sentence; the rest is padding
+    model = torch.nn.Transformer(d_model=d_model, nhead=nhead, num_encoder_layers=1, num_decoder_layers=1,
+                                 dim_feedforward=ff, dropout=0.0, batch_first=True)
+    model = model.double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1 and p.numel() == d_model * 3:
+                p.uniform_(-0.3, 0.3)    # nn.MultiheadAttention's in_proj_bias starts at 0: make it count
+            p.copy_(f32(p))
+    ck = [(name, "F32", npf32(p)) for name, p in model.state_dict().items()]
+
+    gen = torch.Generator().manual_seed(3004)
+    src = f32(torch.randn(B, S, d_model, generator=gen))
+    tgt = f32(torch.randn(B, T, d_model, generator=gen))
+    pad = torch.zeros(B, S, dtype=torch.bool)       # torch: True = padding
+    for b, n in enumerate(lengths):
+        pad[b, n:] = True
+
+    # the encoder outside no_grad: its slow path, which (like Hugging Face
+    # encoders) leaves real values at the padded positions, not zeros
+    memory = f32(model.encoder(src, src_key_padding_mask=pad).detach())
+    assert memory[1, lengths[1]:].abs().min() > 0
+    with torch.no_grad():
+        layer = model.decoder.layers[0]
+        assert not layer.norm_first
+        x = f32(layer.norm1(tgt + layer._sa_block(tgt, None, None)))
+        out = layer.multihead_attn(x, memory, memory, key_padding_mask=pad, need_weights=False)[0]
+        assert torch.allclose(layer._mha_block(x, memory, None, pad), out)
+
+    # attnc's mask: nonzero keeps the key (Hugging Face's attention_mask, int64)
+    mask = (~pad).to(torch.int64)
+    d = os.path.join(EX_DIR, "cross_attn")
+    meta = {"format": "pt", "made_by": "tools/make_examples.py"}
+    write_safetensors(os.path.join(d, "checkpoint.safetensors"), ck, meta)
+    write_safetensors(os.path.join(d, "inputs.safetensors"), [
+        ("x", "F32", npf32(x)), ("kv", "F32", npf32(memory)), ("mask", "I64", mask.numpy()),
+        ("expected", "F32", npf32(out))], meta)
+
+
+def main():
+    torch.set_num_threads(1)
+    for d in ("af_msa_row", "gpt_decode", "cross_attn"):
+        os.makedirs(os.path.join(EX_DIR, d), exist_ok=True)
+    af_msa_row()
+    gpt_decode()
+    cross_attn()
+
+
+if __name__ == "__main__":
+    main()
