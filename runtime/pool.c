@@ -3,9 +3,16 @@
  * from an atomic counter, so uneven items (causal tiles) balance out, and
  * the split never changes results because items never share outputs.
  * While one job runs, a second caller does not wait: it runs its job on
- * its own thread. */
+ * its own thread.
+ *
+ * A kernel runs several jobs back to back (one per phase), and a small
+ * kernel's phase lasts tens of microseconds: about what waking a sleeping
+ * thread costs.  So a worker that finishes spins for up to SPIN_NS
+ * watching for the next job before it sleeps, and the job's owner spins
+ * the same way waiting for the workers. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -21,7 +28,7 @@ static long generation;
 static attnc_pool_fn job_fn;
 static void *job_ctx;
 static long job_items, job_next, job_want;
-static int job_running;
+static long job_running; /* workers still on the job */
 
 /* A forked child has none of the parent's workers: start from scratch. */
 static void after_fork_child(void)
@@ -37,6 +44,69 @@ static void after_fork_child(void)
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void register_fork(void) { pthread_atfork(NULL, NULL, after_fork_child); }
 
+/* ATTNC_SPIN_US: how long to spin, in microseconds (default 200; 0 never spins). */
+static long spin_ns = -1;
+static long get_spin_ns(void)
+{
+  long v = __atomic_load_n(&spin_ns, __ATOMIC_RELAXED);
+  if (v < 0) {
+    const char *e = getenv("ATTNC_SPIN_US");
+    v = 200000L;
+    if (e && *e) {
+      long us = strtol(e, NULL, 10);
+      v = us < 0 ? 0 : us > 100000 ? 100000000L : us * 1000L;
+    }
+    __atomic_store_n(&spin_ns, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+#define SPIN_NS get_spin_ns()
+
+static long now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Spin until *p != v or SPIN_NS pass; returns the last value seen. */
+static long spin_while_equal(const long *p, long v)
+{
+  long t0 = 0, i, x, limit = SPIN_NS;
+  for (i = 0;; i++) {
+    if ((x = __atomic_load_n(p, __ATOMIC_ACQUIRE)) != v || !limit) return x;
+    relax();
+    if ((i & 63) == 63) {
+      long t = now_ns();
+      if (!t0) t0 = t;
+      else if (t - t0 > limit) return x;
+    }
+  }
+}
+
+/* Spin until *p is 0 (returns 1) or SPIN_NS pass (returns 0). */
+static int spin_until_zero(const long *p)
+{
+  long t0 = 0, i, limit = SPIN_NS;
+  for (i = 0;; i++) {
+    if (__atomic_load_n(p, __ATOMIC_ACQUIRE) == 0) return 1;
+    if (!limit) return 0;
+    relax();
+    if ((i & 63) == 63) {
+      long t = now_ns();
+      if (!t0) t0 = t;
+      else if (t - t0 > limit) return 0;
+    }
+  }
+}
+
 static void take_items(int tid)
 {
   long i;
@@ -47,15 +117,21 @@ static void *worker(void *arg)
 {
   int tid = (int)(long)arg;
   long seen = 0;
-  pthread_mutex_lock(&state_lock);
   for (;;) {
-    while (generation == seen) pthread_cond_wait(&wake, &state_lock);
-    seen = generation;
+    /* the next job: spin a little, then sleep */
+    if (spin_while_equal(&generation, seen) == seen) {
+      pthread_mutex_lock(&state_lock);
+      while (__atomic_load_n(&generation, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&wake, &state_lock);
+      pthread_mutex_unlock(&state_lock);
+    }
+    seen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
     if (tid >= job_want) continue;
-    pthread_mutex_unlock(&state_lock);
     take_items(tid);
-    pthread_mutex_lock(&state_lock);
-    if (--job_running == 0) pthread_cond_signal(&finished);
+    if (__atomic_sub_fetch(&job_running, 1, __ATOMIC_ACQ_REL) == 0) {
+      pthread_mutex_lock(&state_lock);
+      pthread_cond_signal(&finished);
+      pthread_mutex_unlock(&state_lock);
+    }
   }
   return NULL;
 }
@@ -92,13 +168,15 @@ void attnc_pool_run(int nthreads, long items, attnc_pool_fn fn, void *ctx)
   job_items = items;
   job_next = 0;
   job_want = nthreads < nworkers + 1 ? nthreads : nworkers + 1;
-  job_running = (int)job_want - 1;
-  generation++;
+  __atomic_store_n(&job_running, job_want - 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE); /* publishes the job's fields */
   pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&state_lock);
   take_items(0);
-  pthread_mutex_lock(&state_lock);
-  while (job_running > 0) pthread_cond_wait(&finished, &state_lock);
-  pthread_mutex_unlock(&state_lock);
+  if (!spin_until_zero(&job_running)) {
+    pthread_mutex_lock(&state_lock);
+    while (__atomic_load_n(&job_running, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&finished, &state_lock);
+    pthread_mutex_unlock(&state_lock);
+  }
   pthread_mutex_unlock(&pool_lock);
 }

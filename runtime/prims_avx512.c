@@ -133,9 +133,9 @@ INLINE void qk_kernel(const int MR, long c, const float *Q, long cp, const float
     for (v = 0; v < 4; v++) _mm512_store_ps(S + i * KT + v * 16, acc[i][v]);
 }
 
-/* O[MR][cv0*16 .. +nvv*16] += P[MR][:kt] . V[:kt][...] */
-INLINE void pv_kernel(const int MR, long kt, const float *P, float *O, long cp, const float *v, long v_stride,
-                      long cv0, const int nvv, __mmask16 last)
+/* O[MR][cv0*16 .. +nvv*16] += P[MR][:kt] . V[:kt][...], P[i][j] at P[i * pr + j * pj] */
+INLINE void pv_kernel(const int MR, long kt, const float *P, long pr, long pj, float *O, long cp, const float *v,
+                      long v_stride, long cv0, const int nvv, __mmask16 last)
 {
   __m512 acc[4][4];
   long j;
@@ -149,7 +149,7 @@ INLINE void pv_kernel(const int MR, long kt, const float *P, float *O, long cp, 
       b[u] = u >= nvv ? _mm512_setzero_ps()
            : (u == nvv - 1) ? _mm512_maskz_loadu_ps(last, vr + u * 16) : _mm512_loadu_ps(vr + u * 16);
     for (i = 0; i < MR; i++) {
-      __m512 p = _mm512_set1_ps(P[i * KT + j]);
+      __m512 p = _mm512_set1_ps(P[i * pr + j * pj]);
       for (u = 0; u < 4; u++)
         if (u < nvv) acc[i][u] = _mm512_fmadd_ps(p, b[u], acc[i][u]);
     }
@@ -181,8 +181,8 @@ static void qk_direct(long rows, long c, const float *Q, long cp, const float *k
 }
 
 /* Narrow heads (c <= 32): eight rows at a time keep 16 accumulators busy. */
-INLINE void pv_kernel8(const int MR, long kt, const float *P, float *O, long cp, const float *v, long v_stride,
-                       const int nvv, __mmask16 last)
+INLINE void pv_kernel8(const int MR, long kt, const float *P, long pr, long pj, float *O, long cp, const float *v,
+                       long v_stride, const int nvv, __mmask16 last)
 {
   __m512 acc[8][2];
   long j;
@@ -196,7 +196,7 @@ INLINE void pv_kernel8(const int MR, long kt, const float *P, float *O, long cp,
       b[u] = u >= nvv ? _mm512_setzero_ps()
            : (u == nvv - 1) ? _mm512_maskz_loadu_ps(last, vr + u * 16) : _mm512_loadu_ps(vr + u * 16);
     for (i = 0; i < MR; i++) {
-      __m512 p = _mm512_set1_ps(P[i * KT + j]);
+      __m512 p = _mm512_set1_ps(P[i * pr + j * pj]);
       for (u = 0; u < 2; u++)
         if (u < nvv) acc[i][u] = _mm512_fmadd_ps(p, b[u], acc[i][u]);
     }
@@ -204,6 +204,57 @@ INLINE void pv_kernel8(const int MR, long kt, const float *P, float *O, long cp,
   for (i = 0; i < MR; i++)
     for (u = 0; u < 2; u++)
       if (u < nvv) _mm512_store_ps(O + i * cp + u * 16, acc[i][u]);
+}
+
+/* O[rows][:c] += P[rows][:kt] . V[:kt][:c], P[i][j] at P[i * pr + j * pj]:
+ * register blocks of 4 rows x 64 values (8 rows x 32 for narrow heads). */
+static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *vt,
+                   long v_stride, long nv, __mmask16 last)
+{
+  long r0, cv0;
+  if (nv <= 2) {
+    for (r0 = 0; r0 < rows; r0 += 8) {
+      const float *Pr = P + r0 * pr;
+      float *Or = O + r0 * cp;
+#define PV8_ROWS(NVV)                                                                 \
+  switch (rows - r0 < 8 ? rows - r0 : 8) {                                            \
+  case 8: pv_kernel8(8, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
+  case 7: pv_kernel8(7, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
+  case 6: pv_kernel8(6, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
+  case 5: pv_kernel8(5, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
+  case 4: pv_kernel8(4, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
+  case 3: pv_kernel8(3, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
+  case 2: pv_kernel8(2, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
+  default: pv_kernel8(1, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;     \
+  }
+      if (nv == 2) { PV8_ROWS(2) } else { PV8_ROWS(1) }
+#undef PV8_ROWS
+    }
+    return;
+  }
+  for (r0 = 0; r0 < rows; r0 += 4) {
+    const float *Pr = P + r0 * pr;
+    float *Or = O + r0 * cp;
+    for (cv0 = 0; cv0 < nv; cv0 += 4) {
+      long nvv = nv - cv0 < 4 ? nv - cv0 : 4;
+      __mmask16 lm = (cv0 + nvv == nv) ? last : (__mmask16)0xFFFF;
+      /* rows and vector count as compile-time constants: no tests in the inner loop */
+#define PV_ROWS(NVV)                                                                         \
+  switch (rows - r0 < 4 ? rows - r0 : 4) {                                                   \
+  case 4: pv_kernel(4, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
+  case 3: pv_kernel(3, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
+  case 2: pv_kernel(2, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
+  default: pv_kernel(1, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;          \
+  }
+      switch (nvv) {
+      case 4: PV_ROWS(4) break;
+      case 3: PV_ROWS(3) break;
+      case 2: PV_ROWS(2) break;
+      default: PV_ROWS(1) break;
+      }
+#undef PV_ROWS
+    }
+  }
 }
 
 /* Scores of row r in this key tile -> probabilities; updates M, L, O. */
@@ -282,7 +333,236 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
   }
 }
 
-void attnc_prims_attend_avx512(const attnc_tile *t)
+/* ---- attention with query rows across the vector lanes ----
+ *
+ * For tiles of more than 8 query rows.  The scores of a key tile are kept
+ * transposed, ST[j][r] (16 rows per vector), so
+ *   - q.k needs no transposed keys: it broadcasts k[j][d] against a vector
+ *     of 16 rows of the scaled, transposed queries QT[d][r];
+ *   - the online softmax runs down the columns: the max and sum over a key
+ *     tile, the rescale factor and the running max and sum are vectors of
+ *     16 rows, with no horizontal reductions and no scalar exp;
+ *   - p.v broadcasts p[r][j] = ST[j][r] against rows of v, as before. */
+
+/* ST[j][16*u ..] (rows 16 apart by r16) for NJ keys k[j] x NR row vectors. */
+INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r16, const float *k, long k_stride,
+                       float *ST)
+{
+  __m512 acc[4][4];
+  long d;
+  int j, u;
+  for (j = 0; j < NJ; j++)
+    for (u = 0; u < NQ; u++) acc[j][u] = _mm512_setzero_ps();
+  for (d = 0; d < c; d++) {
+    __m512 q[4];
+    for (u = 0; u < NQ; u++) q[u] = _mm512_load_ps(QT + d * r16 + u * 16);
+    for (j = 0; j < NJ; j++) {
+      __m512 kb = _mm512_set1_ps(k[j * k_stride + d]);
+      for (u = 0; u < NQ; u++) acc[j][u] = _mm512_fmadd_ps(kb, q[u], acc[j][u]);
+    }
+  }
+  for (j = 0; j < NJ; j++)
+    for (u = 0; u < NQ; u++) _mm512_store_ps(ST + j * r16 + u * 16, acc[j][u]);
+}
+
+static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST)
+{
+  long rv0, jb;
+  for (rv0 = 0; rv0 < nrv; rv0 += 4) {
+    const long nr = nrv - rv0 < 4 ? nrv - rv0 : 4;
+    for (jb = 0; jb < kt; jb += 4) {
+      const long nj = kt - jb < 4 ? kt - jb : 4;
+      const float *qt = QT + rv0 * 16, *kb = k + jb * k_stride;
+      float *st = ST + jb * r16 + rv0 * 16;
+#define QK_NQ(NJ)                                                         \
+  switch (nr) {                                                           \
+  case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st); break;         \
+  case 3: qkT_kernel(NJ, 3, c, qt, r16, kb, k_stride, st); break;         \
+  case 2: qkT_kernel(NJ, 2, c, qt, r16, kb, k_stride, st); break;         \
+  default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st); break;        \
+  }
+      switch (nj) {
+      case 4: QK_NQ(4) break;
+      case 3: QK_NQ(3) break;
+      case 2: QK_NQ(2) break;
+      default: QK_NQ(1) break;
+      }
+#undef QK_NQ
+    }
+  }
+}
+
+/* r[0..15] (16 floats each) -> its transpose, in registers. */
+INLINE void transpose16(__m512 *r)
+{
+  __m512 t[16];
+  int i;
+  for (i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+/* ST[j][16 rows of rv] += bias of those rows at keys j0 + j, j < kt, for a
+ * bias contiguous along the keys: 16 x 16 blocks loaded by rows and
+ * transposed in registers (a gather per key costs about four times more). */
+static void add_bias_rows(const attnc_tile *t, const float *bias0, const int *BO, long rv, long j0, long kt, float *st,
+                          long r16)
+{
+  long jb;
+  int x;
+  for (jb = 0; jb < kt; jb += 16) {
+    const long nk = kt - jb < 16 ? kt - jb : 16;
+    const __mmask16 m = tail_mask(nk);
+    __m512 r[16];
+    for (x = 0; x < 16; x++) r[x] = _mm512_maskz_loadu_ps(m, bias0 + BO[rv * 16 + x] + j0 + jb);
+    transpose16(r);
+    for (x = 0; x < nk; x++) {
+      float *p = st + (jb + x) * r16;
+      _mm512_store_ps(p, _mm512_add_ps(_mm512_load_ps(p), r[x]));
+    }
+  }
+  (void)t;
+}
+
+static void attend_rows(const attnc_tile *t)
+{
+  const long rows = t->rows, c = t->c, cp = round16(c), nv = cp / 16, r16 = round16(rows), nrv = r16 / 16;
+  float *O = t->work, *QT = O + r16 * cp, *ST = QT + cp * r16, *M = ST + KT * r16, *L = M + r16, *A = L + r16;
+  int *LO = (int *)(A + r16), *HI = LO + r16, *BO = HI + r16;
+  const __mmask16 last = tail_mask(c - (nv - 1) * 16);
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), nan = _mm512_set1_ps(NAN), one = _mm512_set1_ps(1.0f);
+  const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
+  long r, d, rv, j, j0, jmin = t->k_end, jmax = t->k_begin - 1, lo_max = t->k_begin, hi_min = t->k_end - 1;
+
+  for (r = 0; r < r16; r++) {
+    long lo = 1, hi = 0; /* padding lanes see no key */
+    if (r < rows) {
+      const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
+      for (d = 0; d < c; d++) QT[d * r16 + r] = q[d] * t->scale;
+      memset(O + r * cp, 0, sizeof(float) * cp);
+      attnc_prims_row_range(t, r, &lo, &hi);
+      if (lo <= hi) {
+        if (lo < jmin) jmin = lo;
+        if (hi > jmax) jmax = hi;
+      }
+      if (lo > lo_max) lo_max = lo;
+      if (hi < hi_min) hi_min = hi;
+      if (t->bias) BO[r] = (int)((r % t->q_group) * t->bias_h + (r / t->q_group) * t->bias_i);
+    } else {
+      for (d = 0; d < c; d++) QT[d * r16 + r] = 0;
+      if (t->bias) BO[r] = 0;
+    }
+    LO[r] = (int)lo;
+    HI[r] = (int)hi;
+    M[r] = -INFINITY;
+    L[r] = 0;
+  }
+
+  for (j0 = jmin; j0 <= jmax; j0 += KT) {
+    const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
+    /* every row sees every key of this tile: no per-lane range test */
+    const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
+    qkT_tile(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST);
+    for (rv = 0; rv < nrv; rv++) {
+      float *st = ST + rv * 16;
+      const __m512i lov = _mm512_load_si512(LO + rv * 16), hiv = _mm512_load_si512(HI + rv * 16);
+      const __m512i bov = t->bias ? _mm512_load_si512(BO + rv * 16) : _mm512_setzero_si512();
+      __m512 mx = ninf, m_old = _mm512_load_ps(M + rv * 16), m_new, m_sub, alpha, sum = _mm512_setzero_ps();
+      __mmask16 nan_lanes = _mm512_cmp_ps_mask(m_old, m_old, _CMP_UNORD_Q), change;
+      /* 5. bias, 6. mask: masked scores become -inf; then the column max */
+      const int bias_rows = t->bias && t->bias_j == 1;
+      if (bias_rows) add_bias_rows(t, bias0, BO, rv, j0, kt, st, r16);
+      if (all_visible && !t->mask && (!t->bias || bias_rows)) {
+        for (j = 0; j < kt; j++) {
+          __m512 sv = _mm512_load_ps(st + j * r16);
+          mx = _mm512_max_ps(mx, sv);
+          nan_lanes |= _mm512_cmp_ps_mask(sv, sv, _CMP_UNORD_Q);
+        }
+      } else {
+        for (j = 0; j < kt; j++) {
+          __m512 sv = _mm512_load_ps(st + j * r16);
+          __mmask16 ok = 0xFFFF;
+          if (!all_visible) {
+            const __m512i jv = _mm512_set1_epi32((int)(j0 + j));
+            ok = _mm512_cmp_epi32_mask(lov, jv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(jv, hiv, _MM_CMPINT_LE);
+          }
+          if (t->mask && !t->mask[(j0 + j) * t->mask_j]) ok = 0;
+          if (ok && t->bias && !bias_rows)
+            sv = _mm512_add_ps(sv, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), ok, bov,
+                                                            bias0 + (j0 + j) * t->bias_j, 4));
+          sv = _mm512_mask_blend_ps(ok, ninf, sv);
+          _mm512_store_ps(st + j * r16, sv);
+          mx = _mm512_max_ps(mx, sv);
+          nan_lanes |= _mm512_cmp_ps_mask(sv, sv, _CMP_UNORD_Q);
+        }
+      }
+      /* 7. softmax, online: the running max grows to m_new; rows that have
+       * seen no key yet keep -inf (and subtract 0, so their p are 0) */
+      m_new = _mm512_mask_mov_ps(_mm512_max_ps(m_old, mx), nan_lanes, nan);
+      m_sub = _mm512_mask_mov_ps(m_new, _mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
+      alpha = exp512(_mm512_sub_ps(m_old, m_sub));
+      for (j = 0; j < kt; j++) {
+        __m512 p = exp512(_mm512_sub_ps(_mm512_load_ps(st + j * r16), m_sub));
+        _mm512_store_ps(st + j * r16, p);
+        sum = _mm512_add_ps(sum, p);
+      }
+      _mm512_store_ps(L + rv * 16, _mm512_fmadd_ps(_mm512_load_ps(L + rv * 16), alpha, sum));
+      _mm512_store_ps(M + rv * 16, m_new);
+      _mm512_store_ps(A + rv * 16, alpha);
+      /* rows whose max grew: rescale what they have summed so far */
+      change = _mm512_cmp_ps_mask(alpha, one, _CMP_NEQ_UQ);
+      while (change) {
+        const int lane = __builtin_ctz(change);
+        const long rr = rv * 16 + lane;
+        change &= (__mmask16)(change - 1);
+        if (rr < rows) {
+          const __m512 al = _mm512_set1_ps(A[rr]);
+          long v;
+          for (v = 0; v < cp; v += 16) _mm512_store_ps(O + rr * cp + v, _mm512_mul_ps(al, _mm512_load_ps(O + rr * cp + v)));
+        }
+      }
+    }
+    /* 8. weighted sum: O += P V, P[r][j] = ST[j][r] */
+    pv_all(rows, kt, ST, 1, r16, O, cp, t->v + j0 * t->v_stride, t->v_stride, nv, last);
+  }
+
+  for (r = 0; r < rows; r++) {
+    float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
+    if (t->m_out) {
+      t->m_out[r] = M[r];
+      t->l_out[r] = L[r];
+      for (d = 0; d < nv; d++)
+        _mm512_mask_storeu_ps(o + d * 16, d == nv - 1 ? last : (__mmask16)0xFFFF, _mm512_load_ps(O + r * cp + d * 16));
+    } else if (M[r] != -INFINITY) { /* saw a key: normalise (a NaN stays NaN) */
+      __m512 inv = _mm512_set1_ps(1.0f / L[r]);
+      for (d = 0; d < nv; d++)
+        _mm512_mask_storeu_ps(o + d * 16, d == nv - 1 ? last : (__mmask16)0xFFFF,
+                              _mm512_mul_ps(inv, _mm512_load_ps(O + r * cp + d * 16)));
+    } else {
+      attnc_prims_empty_row(t, r, o);
+    }
+  }
+}
+
+/* Tiles of up to 8 rows (decoding): one row at a time, scores along the keys. */
+static void attend_cols(const attnc_tile *t)
 {
   const long rows = t->rows, c = t->c, cp = round16(c), nv = cp / 16, r16 = round16(rows);
   float *O = t->work, *M = O + r16 * cp, *L = M + r16, *S = L + r16, *Kt = S + r16 * KT, *Q = Kt + cp * KT;
@@ -308,7 +588,7 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
   }
 
   for (j0 = jmin; j0 <= jmax; j0 += KT) {
-    long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, jj, r0, cv0;
+    long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, jj, r0;
     /* the key tile, transposed so scores vectorise along keys (done once per
      * kv head by the keys phase when t->kt is set) */
     const float *ktile = Kt;
@@ -338,46 +618,7 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
     }
   scores_done:
     for (r = 0; r < rows; r++) softmax_row(t, r, j0, kt, S + r * KT, M, L, O, cp);
-    if (nv <= 2) {
-      for (r0 = 0; r0 < rows; r0 += 8) {
-        const float *vt = t->v + j0 * t->v_stride;
-#define PV8_ROWS(NVV)                                                                               \
-  switch (rows - r0 < 8 ? rows - r0 : 8) {                                                          \
-  case 8: pv_kernel8(8, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
-  case 7: pv_kernel8(7, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
-  case 6: pv_kernel8(6, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
-  case 5: pv_kernel8(5, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
-  case 4: pv_kernel8(4, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
-  case 3: pv_kernel8(3, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
-  case 2: pv_kernel8(2, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;       \
-  default: pv_kernel8(1, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, NVV, last); break;      \
-  }
-        if (nv == 2) { PV8_ROWS(2) } else { PV8_ROWS(1) }
-#undef PV8_ROWS
-      }
-    } else
-    for (r0 = 0; r0 < rows; r0 += 4) {
-      for (cv0 = 0; cv0 < nv; cv0 += 4) {
-        long nvv = nv - cv0 < 4 ? nv - cv0 : 4;
-        __mmask16 lm = (cv0 + nvv == nv) ? last : (__mmask16)0xFFFF;
-        const float *vt = t->v + j0 * t->v_stride;
-        /* rows and vector count as compile-time constants: no tests in the inner loop */
-#define PV_ROWS(NVV)                                                                                     \
-  switch (rows - r0 < 4 ? rows - r0 : 4) {                                                               \
-  case 4: pv_kernel(4, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, cv0, NVV, lm); break;          \
-  case 3: pv_kernel(3, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, cv0, NVV, lm); break;          \
-  case 2: pv_kernel(2, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, cv0, NVV, lm); break;          \
-  default: pv_kernel(1, kt, S + r0 * KT, O + r0 * cp, cp, vt, t->v_stride, cv0, NVV, lm); break;         \
-  }
-        switch (nvv) {
-        case 4: PV_ROWS(4) break;
-        case 3: PV_ROWS(3) break;
-        case 2: PV_ROWS(2) break;
-        default: PV_ROWS(1) break;
-        }
-#undef PV_ROWS
-      }
-    }
+    pv_all(rows, kt, S, KT, 1, O, cp, t->v + j0 * t->v_stride, t->v_stride, nv, last);
   }
 
   for (r = 0; r < rows; r++) {
@@ -396,6 +637,21 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
       attnc_prims_empty_row(t, r, o);
     }
   }
+}
+
+/* attend_rows keeps key positions and bias offsets in 32-bit lanes */
+static int fits_lanes(const attnc_tile *t)
+{
+  const long big = 0x7fffffffL;
+  if (t->k_end >= big) return 0;
+  if (t->bias && (t->q_group * t->bias_h + (t->rows / t->q_group + 1) * t->bias_i >= big)) return 0;
+  return 1;
+}
+
+void attnc_prims_attend_avx512(const attnc_tile *t)
+{
+  if (t->rows > 8 && fits_lanes(t)) attend_rows(t);
+  else attend_cols(t);
 }
 
 void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n)
