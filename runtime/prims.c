@@ -153,16 +153,6 @@ void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n)
   for (i = 0; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
-void attnc_prims_transpose(const float *k, long k_stride, long nk, long c, float *kt, long kt_stride)
-{
-  long j, d, j0;
-  for (d = 0; d < c; d++)
-    for (j = nk; j < kt_stride; j++) kt[d * kt_stride + j] = 0;
-  for (j0 = 0; j0 < nk; j0 += 16) /* blocks of 16 keys keep both sides in cache */
-    for (d = 0; d < c; d++)
-      for (j = j0; j < nk && j < j0 + 16; j++) kt[d * kt_stride + j] = k[j * k_stride + d];
-}
-
 static attnc_prims table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
@@ -176,7 +166,6 @@ static void choose(void)
   table.attend_work = attnc_prims_attend_work;
   table.combine = attnc_prims_combine_generic;
   table.sigmoid_mul = attnc_prims_sigmoid_mul_generic;
-  table.transpose = attnc_prims_transpose;
 #if defined(__x86_64__) && defined(__GNUC__)
   if (!(force && strcmp(force, "generic") == 0) && __builtin_cpu_supports("avx512f") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {

@@ -24,7 +24,6 @@ void attnc_prims_attend_generic(const attnc_tile *t);
 long attnc_prims_attend_work(long rows, long c);
 void attnc_prims_combine_generic(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
 void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n);
-void attnc_prims_transpose(const float *k, long k_stride, long nk, long c, float *kt, long kt_stride);
 /* Visible key range of tile row r: [lo, hi] (empty when lo > hi). */
 static inline void attnc_prims_row_range(const attnc_tile *t, long r, long *lo, long *hi)
 {

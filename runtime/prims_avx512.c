@@ -589,25 +589,19 @@ static void attend_cols(const attnc_tile *t)
 
   for (j0 = jmin; j0 <= jmax; j0 += KT) {
     long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, jj, r0;
-    /* the key tile, transposed so scores vectorise along keys (done once per
-     * kv head by the keys phase when t->kt is set) */
+    /* the key tile, transposed so scores vectorise along keys */
     const float *ktile = Kt;
-    long ldk = KT;
-    if (!t->kt && rows <= 8) {
+    const long ldk = KT;
+    if (rows <= 8) {
       qk_direct(rows, c, Q, cp, t->k + j0 * t->k_stride, t->k_stride, kt, S, last);
       goto scores_done;
     }
-    if (t->kt) {
-      ktile = t->kt + j0;
-      ldk = t->kt_stride;
-    } else {
-      for (jj = 0; jj < kt; jj++) {
-        const float *kr = t->k + (j0 + jj) * t->k_stride;
-        for (d = 0; d < c; d++) Kt[d * KT + jj] = kr[d];
-      }
-      for (; jj < KT; jj++)
-        for (d = 0; d < c; d++) Kt[d * KT + jj] = 0;
+    for (jj = 0; jj < kt; jj++) {
+      const float *kr = t->k + (j0 + jj) * t->k_stride;
+      for (d = 0; d < c; d++) Kt[d * KT + jj] = kr[d];
     }
+    for (; jj < KT; jj++)
+      for (d = 0; d < c; d++) Kt[d * KT + jj] = 0;
     for (r0 = 0; r0 < rows; r0 += 4) {
       switch (rows - r0 < 4 ? rows - r0 : 4) {
       case 4: qk_kernel(4, c, Q + r0 * cp, cp, ktile, ldk, S + r0 * KT); break;

@@ -16,7 +16,7 @@ enum attnc_slot {
   ATTNC_SLOT_COUNT
 };
 #define ATTNC_ABI_MAX_RANK 8
-#define ATTNC_PHASES 5 /* project, keys, attend, combine, output */
+#define ATTNC_PHASES 4 /* project, attend, combine, output */
 
 /* One tile of flash attention: `rows` query rows against keys
  * [k_begin, k_end).  Row r is query position i = i0 + r / q_group of head
@@ -26,7 +26,6 @@ enum attnc_slot {
 typedef struct attnc_tile {
   const float *q; long q_stride, q_hstride, q_group;
   const float *k; long k_stride;
-  const float *kt; long kt_stride; /* optional: k transposed, kt[d * kt_stride + j], zero past nk + 64 */
   const float *v; long v_stride;
   float *o; long o_stride, o_hstride;
   long rows, i0, c, nk, k_begin, k_end;
@@ -52,8 +51,6 @@ typedef struct attnc_prims {
   void (*combine)(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
   /* o[i] *= sigmoid(g[i]) */
   void (*sigmoid_mul)(const float *g, float *o, long n);
-  /* kt[d * kt_stride + j] = k[j * k_stride + d] for j < nk, 0 for nk <= j < kt_stride */
-  void (*transpose)(const float *k, long k_stride, long nk, long c, float *kt, long kt_stride);
 } attnc_prims;
 
 typedef struct attnc_args {
