@@ -179,6 +179,12 @@ static void sweep_features(attnc_backend be)
     "mha mode=core q=B,4,S,8 dtype=f64 causal=bottom_right",
     "mha x=B,S,16 heads=2 scale=0.37",
     "mha x=B,S,16 heads=2 scale=40",
+    /* projections split into items by output columns too: widths of
+     * several 32-wide panels, a part-filled last chunk, gated, cross */
+    "mha x=B,S,100 heads=4 head_dim=25",
+    "gqa x=B,S,96 heads=6 kv_heads=2 causal",
+    "alphafold x=B,S,80 heads=4 head_dim=20 gated bias=B,4,S,S mask=key",
+    "mha x=B,S,72 kv=B,T,136 heads=3 head_dim=40 qkv_bias=false out_bias=false",
   };
   static const int64_t lens[] = { 1, 7, 33 };
   struct sweep sw = { 0, 0 };
