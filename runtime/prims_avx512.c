@@ -41,6 +41,27 @@ INLINE __m512 exp512(__m512 x)
   return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
 
+/* e^x for x <= 0 (or NaN, which stays NaN): exp512 without the upper clamp. */
+INLINE __m512 exp512_neg(__m512 x)
+{
+  const __m512 lo = _mm512_set1_ps(-87.3f);
+  __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  __m512 n, r, p;
+  x = _mm512_max_ps(lo, x); /* NaN in x passes through */
+  n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+}
+
 /* ---- linear: y = x W^T + b with W packed in panels of 32 outputs ---- */
 
 /* An MR x 32 block of y over kc inputs: 2*MR accumulators in registers. */
@@ -344,9 +365,10 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
  *     16 rows, with no horizontal reductions and no scalar exp;
  *   - p.v broadcasts p[r][j] = ST[j][r] against rows of v, as before. */
 
-/* ST[j][16*u ..] (rows 16 apart by r16) for NJ keys k[j] x NR row vectors. */
+/* ST[j][16*u ..] (rows 16 apart by r16) for NJ keys k[j] x NQ row vectors;
+ * MX[16*u ..] = max(MX, these scores) (a NaN score may be dropped: see attend_rows). */
 INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r16, const float *k, long k_stride,
-                       float *ST)
+                       float *ST, float *MX)
 {
   __m512 acc[4][4];
   long d;
@@ -361,25 +383,33 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
       for (u = 0; u < NQ; u++) acc[j][u] = _mm512_fmadd_ps(kb, q[u], acc[j][u]);
     }
   }
-  for (j = 0; j < NJ; j++)
-    for (u = 0; u < NQ; u++) _mm512_store_ps(ST + j * r16 + u * 16, acc[j][u]);
+  for (u = 0; u < NQ; u++) {
+    __m512 m = _mm512_load_ps(MX + u * 16);
+    for (j = 0; j < NJ; j++) {
+      _mm512_store_ps(ST + j * r16 + u * 16, acc[j][u]);
+      m = _mm512_max_ps(m, acc[j][u]);
+    }
+    _mm512_store_ps(MX + u * 16, m);
+  }
 }
 
-static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST)
+static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
+                     float *MX)
 {
   long rv0, jb;
+  for (rv0 = 0; rv0 < r16; rv0 += 16) _mm512_store_ps(MX + rv0, _mm512_set1_ps(-INFINITY));
   for (rv0 = 0; rv0 < nrv; rv0 += 4) {
     const long nr = nrv - rv0 < 4 ? nrv - rv0 : 4;
     for (jb = 0; jb < kt; jb += 4) {
       const long nj = kt - jb < 4 ? kt - jb : 4;
       const float *qt = QT + rv0 * 16, *kb = k + jb * k_stride;
-      float *st = ST + jb * r16 + rv0 * 16;
+      float *st = ST + jb * r16 + rv0 * 16, *mx = MX + rv0 * 16;
 #define QK_NQ(NJ)                                                         \
   switch (nr) {                                                           \
-  case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st); break;         \
-  case 3: qkT_kernel(NJ, 3, c, qt, r16, kb, k_stride, st); break;         \
-  case 2: qkT_kernel(NJ, 2, c, qt, r16, kb, k_stride, st); break;         \
-  default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st); break;        \
+  case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st, mx); break;         \
+  case 3: qkT_kernel(NJ, 3, c, qt, r16, kb, k_stride, st, mx); break;         \
+  case 2: qkT_kernel(NJ, 2, c, qt, r16, kb, k_stride, st, mx); break;         \
+  default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st, mx); break;        \
   }
       switch (nj) {
       case 4: QK_NQ(4) break;
@@ -446,6 +476,7 @@ static void attend_rows(const attnc_tile *t)
   const long rows = t->rows, c = t->c, cp = round16(c), nv = cp / 16, r16 = round16(rows), nrv = r16 / 16;
   float *O = t->work, *QT = O + r16 * cp, *ST = QT + cp * r16, *M = ST + KT * r16, *L = M + r16, *A = L + r16;
   int *LO = (int *)(A + r16), *HI = LO + r16, *BO = HI + r16;
+  float *MX = (float *)(BO + r16); /* the column max of the scores, from the q.k kernel */
   const __mmask16 last = tail_mask(c - (nv - 1) * 16);
   const __m512 ninf = _mm512_set1_ps(-INFINITY), nan = _mm512_set1_ps(NAN), one = _mm512_set1_ps(1.0f);
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
@@ -479,22 +510,22 @@ static void attend_rows(const attnc_tile *t)
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
     /* every row sees every key of this tile: no per-lane range test */
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
-    qkT_tile(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST);
+    qkT_tile(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX);
     for (rv = 0; rv < nrv; rv++) {
       float *st = ST + rv * 16;
       const __m512i lov = _mm512_load_si512(LO + rv * 16), hiv = _mm512_load_si512(HI + rv * 16);
       const __m512i bov = t->bias ? _mm512_load_si512(BO + rv * 16) : _mm512_setzero_si512();
       __m512 mx = ninf, m_old = _mm512_load_ps(M + rv * 16), m_new, m_sub, alpha, sum = _mm512_setzero_ps();
-      __mmask16 nan_lanes = _mm512_cmp_ps_mask(m_old, m_old, _CMP_UNORD_Q), change;
-      /* 5. bias, 6. mask: masked scores become -inf; then the column max */
+      __mmask16 change;
+      /* 5. bias, 6. mask: masked scores become -inf; then the column max.
+       * max_ps may drop a NaN score, but its p is NaN all the same, so the
+       * row's sum and output turn NaN (see the end) */
       const int bias_rows = t->bias && t->bias_j == 1;
       if (bias_rows) add_bias_rows(t, bias0, BO, rv, j0, kt, st, r16);
-      if (all_visible && !t->mask && (!t->bias || bias_rows)) {
-        for (j = 0; j < kt; j++) {
-          __m512 sv = _mm512_load_ps(st + j * r16);
-          mx = _mm512_max_ps(mx, sv);
-          nan_lanes |= _mm512_cmp_ps_mask(sv, sv, _CMP_UNORD_Q);
-        }
+      if (all_visible && !t->mask && !t->bias) {
+        mx = _mm512_load_ps(MX + rv * 16); /* taken by the q.k kernel */
+      } else if (all_visible && !t->mask && bias_rows) {
+        for (j = 0; j < kt; j++) mx = _mm512_max_ps(mx, _mm512_load_ps(st + j * r16));
       } else {
         for (j = 0; j < kt; j++) {
           __m512 sv = _mm512_load_ps(st + j * r16);
@@ -510,16 +541,15 @@ static void attend_rows(const attnc_tile *t)
           sv = _mm512_mask_blend_ps(ok, ninf, sv);
           _mm512_store_ps(st + j * r16, sv);
           mx = _mm512_max_ps(mx, sv);
-          nan_lanes |= _mm512_cmp_ps_mask(sv, sv, _CMP_UNORD_Q);
         }
       }
       /* 7. softmax, online: the running max grows to m_new; rows that have
        * seen no key yet keep -inf (and subtract 0, so their p are 0) */
-      m_new = _mm512_mask_mov_ps(_mm512_max_ps(m_old, mx), nan_lanes, nan);
+      m_new = _mm512_mask_mov_ps(_mm512_max_ps(m_old, mx), _mm512_cmp_ps_mask(m_old, m_old, _CMP_UNORD_Q), nan);
       m_sub = _mm512_mask_mov_ps(m_new, _mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
-      alpha = exp512(_mm512_sub_ps(m_old, m_sub));
+      alpha = exp512_neg(_mm512_sub_ps(m_old, m_sub));
       for (j = 0; j < kt; j++) {
-        __m512 p = exp512(_mm512_sub_ps(_mm512_load_ps(st + j * r16), m_sub));
+        __m512 p = exp512_neg(_mm512_sub_ps(_mm512_load_ps(st + j * r16), m_sub));
         _mm512_store_ps(st + j * r16, p);
         sum = _mm512_add_ps(sum, p);
       }
@@ -543,6 +573,9 @@ static void attend_rows(const attnc_tile *t)
     pv_all(rows, kt, ST, 1, r16, O, cp, t->v + j0 * t->v_stride, t->v_stride, nv, last);
   }
 
+  /* a row whose NaN score the max dropped: its sum is NaN, make it seen */
+  for (r = 0; r < rows; r++)
+    if (M[r] == -INFINITY && L[r] != 0) M[r] = NAN;
   for (r = 0; r < rows; r++) {
     float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
     if (t->m_out) {
