@@ -158,7 +158,7 @@ INLINE void qk_kernel(const int MR, long c, const float *Q, long cp, const float
 INLINE void pv_kernel(const int MR, long kt, const float *P, long pr, long pj, float *O, long cp, const float *v,
                       long v_stride, long cv0, const int nvv, __mmask16 last)
 {
-  __m512 acc[4][4];
+  __m512 acc[6][4];
   long j;
   int i, u;
   for (i = 0; i < MR; i++)
@@ -228,7 +228,7 @@ INLINE void pv_kernel8(const int MR, long kt, const float *P, long pr, long pj, 
 }
 
 /* O[rows][:c] += P[rows][:kt] . V[:kt][:c], P[i][j] at P[i * pr + j * pj]:
- * register blocks of 4 rows x 64 values (8 rows x 32 for narrow heads). */
+ * register blocks of 6 rows x 64 values (8 rows x 32 for narrow heads). */
 static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *vt,
                    long v_stride, long nv, __mmask16 last)
 {
@@ -253,7 +253,7 @@ static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *
     }
     return;
   }
-  for (r0 = 0; r0 < rows; r0 += 4) {
+  for (r0 = 0; r0 < rows; r0 += 6) {
     const float *Pr = P + r0 * pr;
     float *Or = O + r0 * cp;
     for (cv0 = 0; cv0 < nv; cv0 += 4) {
@@ -261,7 +261,9 @@ static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *
       __mmask16 lm = (cv0 + nvv == nv) ? last : (__mmask16)0xFFFF;
       /* rows and vector count as compile-time constants: no tests in the inner loop */
 #define PV_ROWS(NVV)                                                                         \
-  switch (rows - r0 < 4 ? rows - r0 : 4) {                                                   \
+  switch (rows - r0 < 6 ? rows - r0 : 6) {                                                   \
+  case 6: pv_kernel(6, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
+  case 5: pv_kernel(5, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
   case 4: pv_kernel(4, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
   case 3: pv_kernel(3, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
   case 2: pv_kernel(2, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
