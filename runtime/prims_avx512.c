@@ -180,21 +180,50 @@ INLINE void pv_kernel(const int MR, long kt, const float *P, long pr, long pj, f
       if (u < nvv) _mm512_store_ps(O + i * cp + (cv0 + u) * 16, acc[i][u]);
 }
 
+/* NK keys x MR rows of dot products along c: NK * MR independent
+ * accumulators, so the FMA latency is hidden, and each key vector is
+ * loaded once for all rows. */
+INLINE void qkd_kernel(const int NK, const int MR, long nv, const float *Q, long cp, const float *k, long k_stride,
+                       float *S, __mmask16 last)
+{
+  __m512 acc[2][8];
+  long v;
+  int i, r;
+  for (i = 0; i < NK; i++)
+    for (r = 0; r < MR; r++) acc[i][r] = _mm512_setzero_ps();
+  for (v = 0; v < nv; v++) {
+    __m512 kv[2];
+    for (i = 0; i < NK; i++)
+      kv[i] = v == nv - 1 ? _mm512_maskz_loadu_ps(last, k + i * k_stride + v * 16) : _mm512_loadu_ps(k + i * k_stride + v * 16);
+    for (r = 0; r < MR; r++) {
+      __m512 q = _mm512_load_ps(Q + r * cp + v * 16);
+      for (i = 0; i < NK; i++) acc[i][r] = _mm512_fmadd_ps(q, kv[i], acc[i][r]);
+    }
+  }
+  for (i = 0; i < NK; i++)
+    for (r = 0; r < MR; r++) S[r * KT + i] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
 /* Few rows (decoding): dot products along c, no transposed key tile. */
 static void qk_direct(long rows, long c, const float *Q, long cp, const float *k, long k_stride, long kt, float *S,
                       __mmask16 last)
 {
-  long jj, r, v, nv = cp / 16;
-  for (jj = 0; jj < kt; jj++) {
+  long jj, r, nv = cp / 16;
+  for (jj = 0; jj < kt; jj += 2) {
     const float *kr = k + jj * k_stride;
-    for (r = 0; r < rows; r++) {
-      __m512 acc = _mm512_setzero_ps();
-      for (v = 0; v < nv; v++) {
-        __m512 kv = v == nv - 1 ? _mm512_maskz_loadu_ps(last, kr + v * 16) : _mm512_loadu_ps(kr + v * 16);
-        acc = _mm512_fmadd_ps(_mm512_load_ps(Q + r * cp + v * 16), kv, acc);
-      }
-      S[r * KT + jj] = _mm512_reduce_add_ps(acc);
-    }
+#define QKD_ROWS(NK)                                                                  \
+  switch (rows) {                                                                     \
+  case 8: qkd_kernel(NK, 8, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
+  case 7: qkd_kernel(NK, 7, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
+  case 6: qkd_kernel(NK, 6, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
+  case 5: qkd_kernel(NK, 5, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
+  case 4: qkd_kernel(NK, 4, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
+  case 3: qkd_kernel(NK, 3, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
+  case 2: qkd_kernel(NK, 2, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
+  default: qkd_kernel(NK, 1, nv, Q, cp, kr, k_stride, S + jj, last); break;           \
+  }
+    if (kt - jj >= 2) { QKD_ROWS(2) } else { QKD_ROWS(1) }
+#undef QKD_ROWS
   }
   for (r = 0; r < rows; r++)
     for (jj = kt; jj < KT; jj++) S[r * KT + jj] = 0;
