@@ -390,6 +390,10 @@ static int run_compiler(const char *dir, const char *name, char *log, size_t nlo
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && !log[0])
     snprintf(log, nlog, "could not run the C compiler '%s' (set ATTNC_CC, or install gcc)", compiler());
+  else if (!log[0] && WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    snprintf(log, nlog, "'%s' exited with status %d and printed nothing", compiler(), WEXITSTATUS(status));
+  else if (!log[0] && WIFSIGNALED(status))
+    snprintf(log, nlog, "'%s' was killed by signal %d", compiler(), WTERMSIG(status));
   return (WIFEXITED(status) && WEXITSTATUS(status) == 0) ? 0 : -1;
 }
 

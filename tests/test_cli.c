@@ -829,6 +829,26 @@ static void test_cli_check_f64(void **state)
   cli_free(&r);
 }
 
+/* A compiler that fails without printing still gives a message with a cause. */
+static void test_cli_check_silent_compiler(void **state)
+{
+  char cache[PATH_MAX + 16];
+  const char *old = getenv("ATTNC_CACHE_DIR");
+  char *saved = old ? strdup(old) : NULL;
+  cli_result r;
+  (void)state;
+  snprintf(cache, sizeof cache, "%s/silent-cc", g_dir); /* empty: nothing cached */
+  setenv("ATTNC_CACHE_DIR", cache, 1);
+  setenv("ATTNC_CC", "false", 1);
+  CLI(r, "check", "mha x=B,S,8 heads=2", "--backend", "cc");
+  unsetenv("ATTNC_CC");
+  if (saved) setenv("ATTNC_CACHE_DIR", saved, 1); else unsetenv("ATTNC_CACHE_DIR");
+  free(saved);
+  EXPECT_FAIL(r, "check with ATTNC_CC=false");
+  EXPECT_HAS(r, r.err, "'false' exited with status 1 and printed nothing", "check with ATTNC_CC=false");
+  cli_free(&r);
+}
+
 static void test_cli_check_bad_backend(void **state)
 {
   cli_result r;
@@ -1482,6 +1502,7 @@ int main(void)
     cmocka_unit_test(test_cli_check_dims),
     cmocka_unit_test(test_cli_check_f64),
     cmocka_unit_test(test_cli_check_bad_backend),
+    cmocka_unit_test(test_cli_check_silent_compiler),
     cmocka_unit_test(test_cli_gen),
     cmocka_unit_test(test_cli_gen_derived_name),
     cmocka_unit_test(test_cli_gen_needs_dir),
