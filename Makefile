@@ -105,6 +105,8 @@ test: all $(TESTS:%=$(B)/tests/%)
 	@sh examples/aot/check.sh $(B)/attnc $(B)/example
 	@echo "== examples: real-checkpoint layouts on tcc and cc (make examples)"
 	@$(MAKE) --no-print-directory examples
+	@echo "== install into a temporary prefix, build a program with pkg-config (make install-check)"
+	@$(MAKE) --no-print-directory install-check
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(B)/attnc sh tests/run_all.sh $(B) $(TESTS)
 
