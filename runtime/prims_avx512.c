@@ -18,13 +18,14 @@ static __mmask16 tail_mask(long n) /* the first n of 16 lanes, n in 0..16 */
   return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
 }
 
-/* e^x for x <= ~88; exactly 0 below -87.3 (and for -inf); NaN stays NaN. */
-INLINE __m512 exp512(__m512 x)
+/* e^x for x <= 88.3 (the softmax's x <= 0); exactly 0 below -87.3 (and
+ * for -inf); NaN stays NaN. */
+INLINE __m512 exp512_neg(__m512 x)
 {
-  const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
+  const __m512 lo = _mm512_set1_ps(-87.3f);
   __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
   __m512 n, r, p;
-  x = _mm512_min_ps(hi, _mm512_max_ps(lo, x)); /* NaN in x passes through */
+  x = _mm512_max_ps(lo, x); /* NaN in x passes through */
   n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -41,25 +42,10 @@ INLINE __m512 exp512(__m512 x)
   return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
 
-/* e^x for x <= 0 (or NaN, which stays NaN): exp512 without the upper clamp. */
-INLINE __m512 exp512_neg(__m512 x)
+/* e^x for any x (clamped above at 88.3, where float overflows). */
+INLINE __m512 exp512(__m512 x)
 {
-  const __m512 lo = _mm512_set1_ps(-87.3f);
-  __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  __m512 n, r, p;
-  x = _mm512_max_ps(lo, x); /* NaN in x passes through */
-  n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+  return exp512_neg(_mm512_min_ps(_mm512_set1_ps(88.3f), x)); /* NaN in x passes through */
 }
 
 /* ---- linear: y = x W^T + b with W packed in panels of 32 outputs ---- */
@@ -385,6 +371,35 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
   }
 }
 
+/* The tile's rows out of the work buffer: normalised by the softmax sum,
+ * or (a key split) unnormalised with the running max and sum; a row that
+ * saw no key gets the empty-row rule. */
+static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float *L)
+{
+  const long nv = cp / 16;
+  const __mmask16 last = tail_mask(t->c - (nv - 1) * 16);
+  long r, d;
+  /* a row whose NaN score the max dropped (attend_rows) has a NaN sum: seen */
+  for (r = 0; r < t->rows; r++)
+    if (M[r] == -INFINITY && L[r] != 0) M[r] = NAN;
+  for (r = 0; r < t->rows; r++) {
+    float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
+    if (t->m_out) {
+      t->m_out[r] = M[r];
+      t->l_out[r] = L[r];
+      for (d = 0; d < nv; d++)
+        _mm512_mask_storeu_ps(o + d * 16, d == nv - 1 ? last : (__mmask16)0xFFFF, _mm512_load_ps(O + r * cp + d * 16));
+    } else if (M[r] != -INFINITY) { /* saw a key: normalise (a NaN stays NaN) */
+      __m512 inv = _mm512_set1_ps(1.0f / L[r]);
+      for (d = 0; d < nv; d++)
+        _mm512_mask_storeu_ps(o + d * 16, d == nv - 1 ? last : (__mmask16)0xFFFF,
+                              _mm512_mul_ps(inv, _mm512_load_ps(O + r * cp + d * 16)));
+    } else {
+      attnc_prims_empty_row(t, r, o);
+    }
+  }
+}
+
 /* ---- attention with query rows across the vector lanes ----
  *
  * For tiles of more than 8 query rows.  The scores of a key tile are kept
@@ -604,25 +619,7 @@ static void attend_rows(const attnc_tile *t)
     pv_all(rows, kt, ST, 1, r16, O, cp, t->v + j0 * t->v_stride, t->v_stride, nv, last);
   }
 
-  /* a row whose NaN score the max dropped: its sum is NaN, make it seen */
-  for (r = 0; r < rows; r++)
-    if (M[r] == -INFINITY && L[r] != 0) M[r] = NAN;
-  for (r = 0; r < rows; r++) {
-    float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
-    if (t->m_out) {
-      t->m_out[r] = M[r];
-      t->l_out[r] = L[r];
-      for (d = 0; d < nv; d++)
-        _mm512_mask_storeu_ps(o + d * 16, d == nv - 1 ? last : (__mmask16)0xFFFF, _mm512_load_ps(O + r * cp + d * 16));
-    } else if (M[r] != -INFINITY) { /* saw a key: normalise (a NaN stays NaN) */
-      __m512 inv = _mm512_set1_ps(1.0f / L[r]);
-      for (d = 0; d < nv; d++)
-        _mm512_mask_storeu_ps(o + d * 16, d == nv - 1 ? last : (__mmask16)0xFFFF,
-                              _mm512_mul_ps(inv, _mm512_load_ps(O + r * cp + d * 16)));
-    } else {
-      attnc_prims_empty_row(t, r, o);
-    }
-  }
+  finish_rows(t, O, cp, M, L);
 }
 
 /* Tiles of up to 8 rows (decoding): one row at a time, scores along the keys. */
@@ -679,22 +676,7 @@ static void attend_cols(const attnc_tile *t)
     pv_all(rows, kt, S, KT, 1, O, cp, t->v + j0 * t->v_stride, t->v_stride, nv, last);
   }
 
-  for (r = 0; r < rows; r++) {
-    float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
-    if (t->m_out) {
-      t->m_out[r] = M[r];
-      t->l_out[r] = L[r];
-      for (v = 0; v < nv; v++)
-        _mm512_mask_storeu_ps(o + v * 16, v == nv - 1 ? last : (__mmask16)0xFFFF, _mm512_load_ps(O + r * cp + v * 16));
-    } else if (M[r] != -INFINITY) { /* saw a key: normalise (a NaN stays NaN) */
-      __m512 inv = _mm512_set1_ps(1.0f / L[r]);
-      for (v = 0; v < nv; v++)
-        _mm512_mask_storeu_ps(o + v * 16, v == nv - 1 ? last : (__mmask16)0xFFFF,
-                              _mm512_mul_ps(inv, _mm512_load_ps(O + r * cp + v * 16)));
-    } else {
-      attnc_prims_empty_row(t, r, o);
-    }
-  }
+  finish_rows(t, O, cp, M, L);
 }
 
 /* attend_rows keeps key positions and bias offsets in 32-bit lanes */
