@@ -531,8 +531,6 @@ static void attend_rows(const attnc_tile *t)
   for (r = 0; r < r16; r++) {
     long lo = 1, hi = 0; /* padding lanes see no key */
     if (r < rows) {
-      const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
-      for (d = 0; d < c; d++) QT[d * r16 + r] = q[d] * t->scale;
       memset(O + r * cp, 0, sizeof(float) * cp);
       attnc_prims_row_range(t, r, &lo, &hi);
       if (lo <= hi) {
@@ -542,15 +540,33 @@ static void attend_rows(const attnc_tile *t)
       if (lo > lo_max) lo_max = lo;
       if (hi < hi_min) hi_min = hi;
       if (t->bias) BO[r] = (int)((r % t->q_group) * t->bias_h + (r / t->q_group) * t->bias_i);
-    } else {
-      for (d = 0; d < c; d++) QT[d * r16 + r] = 0;
-      if (t->bias) BO[r] = 0;
+    } else if (t->bias) {
+      BO[r] = 0;
     }
     LO[r] = (int)lo;
     HI[r] = (int)hi;
     M[r] = -INFINITY;
     L[r] = 0;
   }
+
+  /* 3. scale, 2. split heads: QT[d][r] = scale * q[r][d], 16 x 16 blocks
+   * transposed in registers (padding rows are 0) */
+  for (rv = 0; rv < nrv; rv++)
+    for (d = 0; d < c; d += 16) {
+      const long nd = c - d < 16 ? c - d : 16;
+      const __mmask16 m = tail_mask(nd);
+      const __m512 sc = _mm512_set1_ps(t->scale);
+      __m512 x[16];
+      int u;
+      for (u = 0; u < 16; u++) {
+        r = rv * 16 + u;
+        x[u] = r < rows ? _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(m, t->q + (r / t->q_group) * t->q_stride +
+                                                                       (r % t->q_group) * t->q_hstride + d))
+                        : _mm512_setzero_ps();
+      }
+      transpose16(x);
+      for (u = 0; u < nd; u++) _mm512_store_ps(QT + (d + u) * r16 + rv * 16, x[u]);
+    }
 
   for (j0 = jmin; j0 <= jmax; j0 += KT) {
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
