@@ -11,6 +11,7 @@
  * watching for the next job before it sleeps, and the job's owner spins
  * the same way waiting for the workers. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +62,9 @@ static long get_spin_ns(void)
   return v;
 }
 #define SPIN_NS get_spin_ns()
+/* after this long, spinning also yields the CPU: when there are more busy
+ * threads than cores, the thread being waited for may be the one waiting */
+#define YIELD_NS 20000L
 
 static long now_ns(void)
 {
@@ -87,6 +91,7 @@ static long spin_while_equal(const long *p, long v)
       long t = now_ns();
       if (!t0) t0 = t;
       else if (t - t0 > limit) return x;
+      else if (t - t0 > YIELD_NS) sched_yield(); /* let a preempted thread in */
     }
   }
 }
@@ -103,6 +108,7 @@ static int spin_until_zero(const long *p)
       long t = now_ns();
       if (!t0) t0 = t;
       else if (t - t0 > limit) return 0;
+      else if (t - t0 > YIELD_NS) sched_yield(); /* let a preempted worker in */
     }
   }
 }
