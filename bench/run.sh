@@ -163,3 +163,7 @@ echo
 "$PY" bench/report.py "$OUT" --threads "$THREADS" ${BENCH_PEAK_GFLOPS:+--peak-gflops "$BENCH_PEAK_GFLOPS"}
 echo
 echo "raw results: $OUT"
+# the other targets: compile and load times, tcc against cc (bench/compile.sh)
+if [ -z "${BENCH_CASES:-}" ]; then
+  ATTNC="$ATTNC" bash bench/compile.sh "$THREADS"
+fi
