@@ -498,9 +498,9 @@ INLINE void transpose16(__m512 *r)
 /* ST[j][16 rows of rv] += bias of those rows at keys j0 + j, j < kt, for a
  * bias contiguous along the keys: 16 x 16 blocks loaded by rows and
  * transposed in registers (a gather per key costs about four times more). */
-static void add_bias_rows(const attnc_tile *t, const float *bias0, const int *BO, long rv, long j0, long kt, float *st,
-                          long r16)
+static __m512 add_bias_rows(const float *bias0, const int *BO, long rv, long j0, long kt, float *st, long r16)
 {
+  __m512 mx = _mm512_set1_ps(-INFINITY); /* the column max of the biased scores */
   long jb;
   int x;
   for (jb = 0; jb < kt; jb += 16) {
@@ -511,10 +511,12 @@ static void add_bias_rows(const attnc_tile *t, const float *bias0, const int *BO
     transpose16(r);
     for (x = 0; x < nk; x++) {
       float *p = st + (jb + x) * r16;
-      _mm512_store_ps(p, _mm512_add_ps(_mm512_load_ps(p), r[x]));
+      const __m512 sv = _mm512_add_ps(_mm512_load_ps(p), r[x]);
+      _mm512_store_ps(p, sv);
+      mx = _mm512_max_ps(mx, sv);
     }
   }
-  (void)t;
+  return mx;
 }
 
 static void attend_rows(const attnc_tile *t)
@@ -583,11 +585,12 @@ static void attend_rows(const attnc_tile *t)
        * max_ps may drop a NaN score, but its p is NaN all the same, so the
        * row's sum and output turn NaN (see the end) */
       const int bias_rows = t->bias && t->bias_j == 1;
-      if (bias_rows) add_bias_rows(t, bias0, BO, rv, j0, kt, st, r16);
+      __m512 bmx = ninf;
+      if (bias_rows) bmx = add_bias_rows(bias0, BO, rv, j0, kt, st, r16);
       if (all_visible && !t->mask && !t->bias) {
         mx = _mm512_load_ps(MX + rv * 16); /* taken by the q.k kernel */
       } else if (all_visible && !t->mask && bias_rows) {
-        for (j = 0; j < kt; j++) mx = _mm512_max_ps(mx, _mm512_load_ps(st + j * r16));
+        mx = bmx; /* taken as the bias went in */
       } else {
         for (j = 0; j < kt; j++) {
           __m512 sv = _mm512_load_ps(st + j * r16);
