@@ -519,6 +519,16 @@ static __m512 add_bias_rows(const float *bias0, const int *BO, long rv, long j0,
   return mx;
 }
 
+/* Ask for rows [j0, j1) of a (rows stride floats apart, c floats each):
+ * keys and values of the next tile while this one is computed.  Rows of
+ * a projected k or v are H*c apart, too far for the hardware prefetcher. */
+static void prefetch_rows(const float *a, long stride, long j0, long j1, long c)
+{
+  long j, d;
+  for (j = j0; j < j1; j++)
+    for (d = 0; d < c; d += 16) _mm_prefetch((const char *)(a + j * stride + d), _MM_HINT_T0);
+}
+
 static void attend_rows(const attnc_tile *t)
 {
   const long rows = t->rows, c = t->c, cp = round16(c), nv = cp / 16, r16 = round16(rows), nrv = r16 / 16;
@@ -551,6 +561,12 @@ static void attend_rows(const attnc_tile *t)
     L[r] = 0;
   }
 
+  const int pf = t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
+  if (pf && jmin <= jmax) { /* the first key tile, while the queries are transposed */
+    const long j1 = jmax + 1 < jmin + KT ? jmax + 1 : jmin + KT;
+    prefetch_rows(t->k, t->k_stride, jmin, j1, c);
+    prefetch_rows(t->v, t->v_stride, jmin, j1, c);
+  }
   /* 3. scale, 2. split heads: QT[d][r] = scale * q[r][d], 16 x 16 blocks
    * transposed in registers (padding rows are 0) */
   for (rv = 0; rv < nrv; rv++)
@@ -574,6 +590,14 @@ static void attend_rows(const attnc_tile *t)
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
     /* every row sees every key of this tile: no per-lane range test */
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
+    if (pf && j0 + KT <= jmax) {
+      const long j1 = jmax + 1 < j0 + 2 * KT ? jmax + 1 : j0 + 2 * KT;
+      prefetch_rows(t->k, t->k_stride, j0 + KT, j1, c);
+      prefetch_rows(t->v, t->v_stride, j0 + KT, j1, c);
+    }
+    if (t->bias && t->bias_j == 1 && j0 + KT <= jmax) /* the next tile's bias, row by row */
+      for (r = 0; r < rows; r++)
+        prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
     qkT_tile(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX);
     for (rv = 0; rv < nrv; rv++) {
       float *st = ST + rv * 16;
