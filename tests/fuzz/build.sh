@@ -57,7 +57,7 @@ $CLANG $CPPFLAGS -std=c99 -g -O2 -Wall -Wextra -c -o "$OBJ/lua_cov.o" tests/fuzz
 for h in fuzz_spec fuzz_gen fuzz_safetensors; do
   case $h in
     fuzz_safetensors) extra= ;;
-    *) extra="$OBJ/lua_cov.o -Wl,--wrap=luaL_newstate" ;;
+    *) extra="$OBJ/lua_cov.o -Wl,--wrap=lua_newstate" ;;
   esac
   echo "  LD      $OUT/$h"
   # shellcheck disable=SC2086

@@ -9,8 +9,8 @@
  * input like its own counters.
  *
  * The hook goes on the library's Lua state without touching runtime/:
- * build.sh links with -Wl,--wrap=luaL_newstate, so host.c's call lands in
- * __wrap_luaL_newstate below.  This file is compiled WITHOUT
+ * build.sh links with -Wl,--wrap=lua_newstate, so host.c's call lands in
+ * __wrap_lua_newstate below.  This file is compiled WITHOUT
  * -fsanitize=fuzzer (build.sh): instrumenting the hook would swamp the
  * signal with its own comparisons and cost more than the Lua it records.
  * ATTNC_FUZZ_NO_LUA_COV=1 turns the hook off (to compare).
@@ -63,11 +63,11 @@ static void luacov_hook(lua_State *L, lua_Debug *ar)
   luacov_prev = h >> 1;
 }
 
-lua_State *__real_luaL_newstate(void);
-lua_State *__wrap_luaL_newstate(void);
-lua_State *__wrap_luaL_newstate(void)
+lua_State *__real_lua_newstate(lua_Alloc f, void *ud);
+lua_State *__wrap_lua_newstate(lua_Alloc f, void *ud);
+lua_State *__wrap_lua_newstate(lua_Alloc f, void *ud)
 {
-  lua_State *L = __real_luaL_newstate();
+  lua_State *L = __real_lua_newstate(f, ud);
   const char *off = getenv("ATTNC_FUZZ_NO_LUA_COV");
   if (L && !(off && *off == '1')) lua_sethook(L, luacov_hook, LUA_MASKLINE, 0);
   luacov_L = L;
