@@ -122,7 +122,7 @@ static void take_items(int tid)
 static void *worker(void *arg)
 {
   int tid = (int)(long)arg;
-  long seen = 0;
+  long seen = 0, want;
   for (;;) {
     /* the next job: spin a little, then sleep */
     if (spin_while_equal(&generation, seen) == seen) {
@@ -130,8 +130,14 @@ static void *worker(void *arg)
       while (__atomic_load_n(&generation, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&wake, &state_lock);
       pthread_mutex_unlock(&state_lock);
     }
-    seen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
-    if (tid >= job_want) continue;
+    /* the job's number and thread count together, as the owner published
+     * them (under state_lock): a worker that sat out one job must not read
+     * the next job's count against the old number and join it twice */
+    pthread_mutex_lock(&state_lock);
+    seen = generation;
+    want = job_want;
+    pthread_mutex_unlock(&state_lock);
+    if (tid >= want) continue;
     take_items(tid);
     if (__atomic_sub_fetch(&job_running, 1, __ATOMIC_ACQ_REL) == 0) {
       pthread_mutex_lock(&state_lock);

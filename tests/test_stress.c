@@ -375,6 +375,37 @@ static void test_stress_one_kernel_many_threads(void **state)
   shared_kernel("gqa x=B,S,64 heads=8 kv_heads=2 causal mask=key name=stress_shared", ATTNC_BACKEND_CC);
 }
 
+/* One bindings object run again and again with its thread count changing
+ * every run (1..4): the pool's workers must take part in exactly the jobs
+ * they are counted for, even when one sat out the job before.  Every run
+ * must give the bits of the one-thread run. */
+static void test_stress_thread_count_changes(void **state)
+{
+  attnc_options o = { ATTNC_BACKEND_TCC, 1, NULL };
+  attnc_error e;
+  attnc_kernel *k;
+  work w;
+  int i, bad = 0;
+  (void)state;
+  fill(weights, sizeof weights / sizeof weights[0], 7, 0.125f);
+  k = attnc_compile("gqa x=B,S,64 heads=8 kv_heads=2 causal name=stress_threads", &o, &e);
+  if (!k) fail_msg("compile: %s", e.message);
+  work_init(&w, k, 2, 96, 3, 1);
+  if (work_run(&w, &e) != ATTNC_OK) fail_msg("run: %s", e.message);
+  w.want = malloc(w.n_out * sizeof(float));
+  assert_non_null(w.want);
+  memcpy(w.want, w.out.data, w.n_out * sizeof(float));
+  for (i = 0; i < 400; i++) {
+    static const int counts[] = { 3, 2, 4, 1, 2, 3, 1, 4 };
+    assert_int_equal(attnc_bindings_set_threads(w.b, counts[i % 8], &e), ATTNC_OK);
+    if (work_run(&w, &e) != ATTNC_OK) fail_msg("run %d: %s", i, e.message);
+    if (memcmp(w.out.data, w.want, w.n_out * sizeof(float)) != 0) bad++;
+  }
+  work_free(&w);
+  attnc_release(k);
+  if (bad) fail_msg("%d of 400 runs with a changing thread count differ from the one-thread run", bad);
+}
+
 /* ------------------------------------------------------------------ */
 /* processes and the disk cache                                         */
 
@@ -728,6 +759,7 @@ int main(void)
     cmocka_unit_test(test_stress_spec_index),
     cmocka_unit_test(test_stress_compile_32_threads),
     cmocka_unit_test(test_stress_one_kernel_many_threads),
+    cmocka_unit_test(test_stress_thread_count_changes),
     cmocka_unit_test(test_stress_compile_release_cycles),
   };
   const char *filter = getenv("ATTNC_TEST_FILTER");
