@@ -26,45 +26,27 @@
 # model's own code (OpenFold's Attention, Hugging Face's LlamaAttention,
 # torch.nn.MultiheadAttention inside nn.Transformer), never from attnc.
 
-import json
 import math
 import os
-import struct
+import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_golden  # noqa: E402  (its safetensors writer; importing runs nothing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EX_DIR = os.path.join(ROOT, "examples")
 
 torch.set_default_dtype(torch.float64)
 
-ST_DTYPES = {"F64": ("<f8", 8), "I64": ("<i8", 8), "F32": ("<f4", 4), "U8": ("u1", 1), "BOOL": ("?", 1)}
-
-
 def write_safetensors(path, tensors, metadata):
-    """tensors: list of (name, st_dtype, numpy array).  Wider dtypes first so
-    every tensor's data is aligned to its element size; the header is
-    padded with spaces to a multiple of 8 bytes."""
-    order = sorted(tensors, key=lambda e: -ST_DTYPES[e[1]][1])  # stable: keeps the given order
-    header = {"__metadata__": metadata}
-    blobs = []
-    off = 0
-    for name, dt, arr in order:
-        assert name not in header, name
-        b = np.ascontiguousarray(np.asarray(arr).astype(ST_DTYPES[dt][0])).tobytes()
-        header[name] = {"dtype": dt, "shape": list(np.asarray(arr).shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((-len(h)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-    print("wrote %s (%d tensors, %d bytes)" % (os.path.relpath(path, ROOT), len(tensors), 8 + len(h) + off))
+    """tensors: list of (name, st_dtype, array), stored in the given order
+    within each element size (make_golden.py's writer)."""
+    size = make_golden.write_safetensors(path, tensors, metadata, by_name=False)
+    print("wrote %s (%d tensors, %d bytes)" % (os.path.relpath(path, ROOT), len(tensors), size))
 
 
 def f32(t):

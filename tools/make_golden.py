@@ -403,16 +403,23 @@ def forward_loops(p, t):
 # safetensors writer / reader
 # --------------------------------------------------------------------------
 
-ST_DTYPES = {"F64": ("<f8", 8), "F32": ("<f4", 4), "U8": ("u1", 1), "BOOL": ("?", 1)}
+ST_DTYPES = {"F64": ("<f8", 8), "I64": ("<i8", 8), "F32": ("<f4", 4), "U8": ("u1", 1), "BOOL": ("?", 1)}
 
 
-def write_safetensors(path, tensors, metadata):
-    """tensors: list of (name, st_dtype, numpy array)."""
-    order = sorted(tensors, key=lambda e: (-ST_DTYPES[e[1]][1], e[0]))
+def write_safetensors(path, tensors, metadata, by_name=True):
+    """tensors: list of (name, st_dtype, array).  Wider dtypes first so every
+    tensor's data is aligned to its element size (then by name, or in the
+    given order with by_name=False); the header is padded with spaces to a
+    multiple of 8 bytes.  Returns the file's size.  tools/make_examples.py
+    writes its files with this too."""
+    key = (lambda e: (-ST_DTYPES[e[1]][1], e[0])) if by_name else (lambda e: -ST_DTYPES[e[1]][1])
+    order = sorted(tensors, key=key)
     header = {"__metadata__": metadata}
     blobs = []
     off = 0
     for name, dt, arr in order:
+        assert name not in header, name
+        arr = np.asarray(arr)
         b = np.ascontiguousarray(arr.astype(ST_DTYPES[dt][0])).tobytes()
         header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
@@ -424,6 +431,7 @@ def write_safetensors(path, tensors, metadata):
         f.write(h)
         for b in blobs:
             f.write(b)
+    return 8 + len(h) + off
 
 
 def read_safetensors(path):
