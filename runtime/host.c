@@ -77,7 +77,7 @@ static void open_libs(lua_State *L)
   lua_pop(L, 1);
 }
 
-/* The embedded entry called name, or NULL. */
+/* The index of the embedded entry called name, or -1. */
 static int find_embedded(const char *name)
 {
   int i;
@@ -86,19 +86,27 @@ static int find_embedded(const char *name)
   return -1;
 }
 
-/* Push the compiled chunk of embedded file i: its bytecode ("bc:NAME",
- * made by tools/embed.c) when the file is not read from disk and this Lua
- * accepts the bytecode, else the text (translated first for templates). */
-static int load_chunk(lua_State *L, const char *name, const char *text, size_t size, int from_disk)
+/* Push embedded file name's bytecode ("bc:NAME", made by tools/embed.c)
+ * as a function and return 1; return 0 with nothing pushed when there is
+ * none or this Lua does not accept it (another Lua build). */
+static int load_bytecode(lua_State *L, const char *name)
 {
-  char key[160], chunk[160];
+  char key[160];
   int bc;
   snprintf(key, sizeof key, "bc:%s", name);
-  bc = from_disk ? -1 : find_embedded(key);
-  if (bc >= 0) {
-    if (luaL_loadbufferx(L, attnc_embedded[bc].data, attnc_embedded[bc].size, key, "b") == LUA_OK) return 0;
-    lua_pop(L, 1); /* a different Lua build: use the text */
-  }
+  if ((bc = find_embedded(key)) < 0) return 0;
+  if (luaL_loadbufferx(L, attnc_embedded[bc].data, attnc_embedded[bc].size, key, "b") == LUA_OK) return 1;
+  lua_pop(L, 1);
+  return 0;
+}
+
+/* Push the compiled chunk of gen/ file name: its bytecode unless the file
+ * was read from disk (ATTNC_SRC_DIR), else its text.  Nonzero on a syntax
+ * error (the message is pushed). */
+static int load_chunk(lua_State *L, const char *name, const char *text, size_t size, int from_disk)
+{
+  char chunk[160];
+  if (!from_disk && load_bytecode(L, name)) return 0;
   snprintf(chunk, sizeof chunk, "@%s", name);
   return luaL_loadbufferx(L, text, size, chunk, "t") != LUA_OK;
 }
@@ -131,16 +139,8 @@ static int load_modules(lua_State *L)
       lua_pushlstring(L, data, size);
       lua_setfield(L, -3, name + 10);
       /* templates read from disk are compiled from their text by emit.lua */
-      if (!disk && len > 5 && strcmp(name + len - 5, ".tmpl") == 0) {
-        char key[160];
-        int bc;
-        snprintf(key, sizeof key, "bc:%s", name);
-        bc = find_embedded(key);
-        if (bc >= 0 && luaL_loadbufferx(L, attnc_embedded[bc].data, attnc_embedded[bc].size, key, "b") == LUA_OK)
-          lua_setfield(L, -2, name + 10);
-        else if (bc >= 0)
-          lua_pop(L, 1);
-      }
+      if (!disk && len > 5 && strcmp(name + len - 5, ".tmpl") == 0 && load_bytecode(L, name))
+        lua_setfield(L, -2, name + 10);
     }
     free(disk);
   }
