@@ -239,5 +239,9 @@ fuzz: $(B)/embedded.c
 
 # ---- benchmarks: attnc vs PyTorch and ONNX Runtime (bench/README.md) ----
 BENCH_THREADS ?= 2
-bench: all
+bench: all $(B)/fma_peak
 	@bash bench/run.sh $(BENCH_THREADS)
+
+# the machine's FMA peak, for the percent-of-peak target (bench/fma_peak.c)
+$(B)/fma_peak: bench/fma_peak.c | $(B)
+	$(Q)$(CC) -std=c99 -O2 -Wall -Wextra -pthread -o $@ $<

@@ -21,7 +21,9 @@
 #   BENCH_BUDGET_MS=1500   timed runs per case, peer and round fill about this long
 #   BENCH_ROUNDS=2         rounds over the suite (the best round median counts)
 #   BENCH_NO_INSTALL=1     never install anything
-#   BENCH_PEAK_GFLOPS=G    FMA peak for the core B check (default 250/thread)
+#   BENCH_PEAK_GFLOPS=G    FMA peak for the core B check (default: measured by
+#                          build/fma_peak before and after the suite, the higher
+#                          of the two; 250/thread, the issue's figure, if absent)
 
 set -u
 THREADS=${1:-2}
@@ -92,6 +94,8 @@ elif [ ! -f bench/node_modules/onnxruntime-node/package.json ] || [ ! -f bench/n
 fi
 
 ATTNC_SUM=$(cksum <"$ATTNC")
+PEAK_BIN=$(dirname "$ATTNC")/fma_peak
+peak() { [ -x "$PEAK_BIN" ] && "$PEAK_BIN" "$THREADS" </dev/null 2>/dev/null | json_num gflops; }
 
 # ---- the machine ----
 MODEL=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
@@ -118,6 +122,7 @@ EOF
 ) || exit 2
 
 json_num() { sed -n "s/.*\"$1\": *\([-0-9.e+]*\).*/\1/p" | head -n 1; }
+PEAK_BEFORE=$(peak)
 
 err_line() { # peer message-file
   printf '{"case": "%s", "peer": "%s", "error": "%s"}\n' "$ID" "$1" "$(tr -d '"\\' <"$2" | tr '\n' ' ')"
@@ -155,12 +160,18 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 done
 
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+PEAK_AFTER=$(peak)
+PEAK=${BENCH_PEAK_GFLOPS:-$(awk -v a="${PEAK_BEFORE:-0}" -v b="${PEAK_AFTER:-0}" 'BEGIN { m = a > b ? a : b; if (m > 0) print m }')}
+if [ -z "${BENCH_PEAK_GFLOPS:-}" ]; then
+  if [ -n "$PEAK" ]; then echo "FMA peak, $THREADS thread(s), measured by $PEAK_BIN: ${PEAK_BEFORE:-?} GFLOP/s before the suite, ${PEAK_AFTER:-?} after (the higher counts)"
+  else echo "bench: warning: $PEAK_BIN did not run (make $PEAK_BIN); the peak is the issue's 250 GFLOP/s per thread" >&2; fi
+fi
 if [ "$(cksum <"$ATTNC")" != "$ATTNC_SUM" ]; then
   echo "bench: warning: $ATTNC was rebuilt during the run; its rounds may differ" >&2
   echo "warning: $ATTNC was rebuilt during the run"
 fi
 echo
-"$PY" bench/report.py "$OUT" --threads "$THREADS" ${BENCH_PEAK_GFLOPS:+--peak-gflops "$BENCH_PEAK_GFLOPS"}
+"$PY" bench/report.py "$OUT" --threads "$THREADS" ${PEAK:+--peak-gflops "$PEAK"}
 echo
 echo "raw results: $OUT"
 # the other targets: compile and load times, tcc against cc (bench/compile.sh)
