@@ -140,15 +140,22 @@ INLINE void qk_kernel(const int MR, long c, const float *Q, long cp, const float
     for (v = 0; v < 4; v++) _mm512_store_ps(S + i * KT + v * 16, acc[i][v]);
 }
 
-/* O[MR][cv0*16 .. +nvv*16] += P[MR][:kt] . V[:kt][...], P[i][j] at P[i * pr + j * pj] */
-INLINE void pv_kernel(const int MR, long kt, const float *P, long pr, long pj, float *O, long cp, const float *v,
-                      long v_stride, long cv0, const int nvv, __mmask16 last)
+/* Row i of O, scaled by alpha[i] when there is an alpha (the online
+ * softmax's rescale, folded into the p.v kernels' first load). */
+INLINE __m512 load_scaled(const float *o, const float *alpha, int i)
+{
+  return alpha ? _mm512_mul_ps(_mm512_set1_ps(alpha[i]), _mm512_load_ps(o)) : _mm512_load_ps(o);
+}
+
+/* O[MR][cv0*16 .. +nvv*16] = alpha O + P[MR][:kt] . V[:kt][...], P[i][j] at P[i * pr + j * pj] */
+INLINE void pv_kernel(const int MR, long kt, const float *P, long pr, long pj, float *O, long cp, const float *alpha,
+                      const float *v, long v_stride, long cv0, const int nvv, __mmask16 last)
 {
   __m512 acc[6][4];
   long j;
   int i, u;
   for (i = 0; i < MR; i++)
-    for (u = 0; u < 4; u++) acc[i][u] = u < nvv ? _mm512_load_ps(O + i * cp + (cv0 + u) * 16) : _mm512_setzero_ps();
+    for (u = 0; u < 4; u++) acc[i][u] = u < nvv ? load_scaled(O + i * cp + (cv0 + u) * 16, alpha, i) : _mm512_setzero_ps();
   for (j = 0; j < kt; j++) {
     const float *vr = v + j * v_stride + cv0 * 16;
     __m512 b[4];
@@ -217,14 +224,14 @@ static void qk_direct(long rows, long c, const float *Q, long cp, const float *k
 }
 
 /* Narrow heads (c <= 32): eight rows at a time keep 16 accumulators busy. */
-INLINE void pv_kernel8(const int MR, long kt, const float *P, long pr, long pj, float *O, long cp, const float *v,
-                       long v_stride, const int nvv, __mmask16 last)
+INLINE void pv_kernel8(const int MR, long kt, const float *P, long pr, long pj, float *O, long cp, const float *alpha,
+                       const float *v, long v_stride, const int nvv, __mmask16 last)
 {
   __m512 acc[8][2];
   long j;
   int i, u;
   for (i = 0; i < MR; i++)
-    for (u = 0; u < 2; u++) acc[i][u] = u < nvv ? _mm512_load_ps(O + i * cp + u * 16) : _mm512_setzero_ps();
+    for (u = 0; u < 2; u++) acc[i][u] = u < nvv ? load_scaled(O + i * cp + u * 16, alpha, i) : _mm512_setzero_ps();
   for (j = 0; j < kt; j++) {
     const float *vr = v + j * v_stride;
     __m512 b[2];
@@ -242,26 +249,27 @@ INLINE void pv_kernel8(const int MR, long kt, const float *P, long pr, long pj, 
       if (u < nvv) _mm512_store_ps(O + i * cp + u * 16, acc[i][u]);
 }
 
-/* O[rows][:c] += P[rows][:kt] . V[:kt][:c], P[i][j] at P[i * pr + j * pj]:
- * register blocks of 6 rows x 64 values (8 rows x 32 for narrow heads). */
-static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *vt,
-                   long v_stride, long nv, __mmask16 last)
+/* O[rows][:c] = alpha O + P[rows][:kt] . V[:kt][:c], P[i][j] at P[i * pr + j * pj],
+ * alpha[r] per row (NULL: 1): register blocks of 6 rows x 64 values (8 rows
+ * x 32 for narrow heads). */
+static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *alpha,
+                   const float *vt, long v_stride, long nv, __mmask16 last)
 {
   long r0, cv0;
   if (nv <= 2) {
     for (r0 = 0; r0 < rows; r0 += 8) {
-      const float *Pr = P + r0 * pr;
+      const float *Pr = P + r0 * pr, *Ar = alpha ? alpha + r0 : NULL;
       float *Or = O + r0 * cp;
 #define PV8_ROWS(NVV)                                                                 \
   switch (rows - r0 < 8 ? rows - r0 : 8) {                                            \
-  case 8: pv_kernel8(8, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
-  case 7: pv_kernel8(7, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
-  case 6: pv_kernel8(6, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
-  case 5: pv_kernel8(5, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
-  case 4: pv_kernel8(4, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
-  case 3: pv_kernel8(3, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
-  case 2: pv_kernel8(2, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;      \
-  default: pv_kernel8(1, kt, Pr, pr, pj, Or, cp, vt, v_stride, NVV, last); break;     \
+  case 8: pv_kernel8(8, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, NVV, last); break;      \
+  case 7: pv_kernel8(7, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, NVV, last); break;      \
+  case 6: pv_kernel8(6, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, NVV, last); break;      \
+  case 5: pv_kernel8(5, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, NVV, last); break;      \
+  case 4: pv_kernel8(4, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, NVV, last); break;      \
+  case 3: pv_kernel8(3, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, NVV, last); break;      \
+  case 2: pv_kernel8(2, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, NVV, last); break;      \
+  default: pv_kernel8(1, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, NVV, last); break;     \
   }
       if (nv == 2) { PV8_ROWS(2) } else { PV8_ROWS(1) }
 #undef PV8_ROWS
@@ -269,7 +277,7 @@ static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *
     return;
   }
   for (r0 = 0; r0 < rows; r0 += 6) {
-    const float *Pr = P + r0 * pr;
+    const float *Pr = P + r0 * pr, *Ar = alpha ? alpha + r0 : NULL;
     float *Or = O + r0 * cp;
     for (cv0 = 0; cv0 < nv; cv0 += 4) {
       long nvv = nv - cv0 < 4 ? nv - cv0 : 4;
@@ -277,12 +285,12 @@ static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *
       /* rows and vector count as compile-time constants: no tests in the inner loop */
 #define PV_ROWS(NVV)                                                                         \
   switch (rows - r0 < 6 ? rows - r0 : 6) {                                                   \
-  case 6: pv_kernel(6, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
-  case 5: pv_kernel(5, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
-  case 4: pv_kernel(4, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
-  case 3: pv_kernel(3, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
-  case 2: pv_kernel(2, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;           \
-  default: pv_kernel(1, kt, Pr, pr, pj, Or, cp, vt, v_stride, cv0, NVV, lm); break;          \
+  case 6: pv_kernel(6, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, cv0, NVV, lm); break;           \
+  case 5: pv_kernel(5, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, cv0, NVV, lm); break;           \
+  case 4: pv_kernel(4, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, cv0, NVV, lm); break;           \
+  case 3: pv_kernel(3, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, cv0, NVV, lm); break;           \
+  case 2: pv_kernel(2, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, cv0, NVV, lm); break;           \
+  default: pv_kernel(1, kt, Pr, pr, pj, Or, cp, Ar, vt, v_stride, cv0, NVV, lm); break;          \
   }
       switch (nvv) {
       case 4: PV_ROWS(4) break;
@@ -536,7 +544,7 @@ static void attend_rows(const attnc_tile *t)
   int *LO = (int *)(A + r16), *HI = LO + r16, *BO = HI + r16;
   float *MX = (float *)(BO + r16); /* the column max of the scores, from the q.k kernel */
   const __mmask16 last = tail_mask(c - (nv - 1) * 16);
-  const __m512 ninf = _mm512_set1_ps(-INFINITY), nan = _mm512_set1_ps(NAN), one = _mm512_set1_ps(1.0f);
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), nan = _mm512_set1_ps(NAN);
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
   long r, d, rv, j, j0, jmin = t->k_end, jmax = t->k_begin - 1, lo_max = t->k_begin, hi_min = t->k_end - 1;
 
@@ -604,7 +612,6 @@ static void attend_rows(const attnc_tile *t)
       const __m512i lov = _mm512_load_si512(LO + rv * 16), hiv = _mm512_load_si512(HI + rv * 16);
       const __m512i bov = t->bias ? _mm512_load_si512(BO + rv * 16) : _mm512_setzero_si512();
       __m512 mx = ninf, m_old = _mm512_load_ps(M + rv * 16), m_new, m_sub, alpha, sum = _mm512_setzero_ps();
-      __mmask16 change;
       /* 5. bias, 6. mask: masked scores become -inf; then the column max.
        * max_ps may drop a NaN score, but its p is NaN all the same, so the
        * row's sum and output turn NaN (see the end) */
@@ -644,22 +651,10 @@ static void attend_rows(const attnc_tile *t)
       }
       _mm512_store_ps(L + rv * 16, _mm512_fmadd_ps(_mm512_load_ps(L + rv * 16), alpha, sum));
       _mm512_store_ps(M + rv * 16, m_new);
-      _mm512_store_ps(A + rv * 16, alpha);
-      /* rows whose max grew: rescale what they have summed so far */
-      change = _mm512_cmp_ps_mask(alpha, one, _CMP_NEQ_UQ);
-      while (change) {
-        const int lane = __builtin_ctz(change);
-        const long rr = rv * 16 + lane;
-        change &= (__mmask16)(change - 1);
-        if (rr < rows) {
-          const __m512 al = _mm512_set1_ps(A[rr]);
-          long v;
-          for (v = 0; v < cp; v += 16) _mm512_store_ps(O + rr * cp + v, _mm512_mul_ps(al, _mm512_load_ps(O + rr * cp + v)));
-        }
-      }
+      _mm512_store_ps(A + rv * 16, alpha); /* rows whose max grew rescale what they have summed so far */
     }
-    /* 8. weighted sum: O += P V, P[r][j] = ST[j][r] */
-    pv_all(rows, kt, ST, 1, r16, O, cp, t->v + j0 * t->v_stride, t->v_stride, nv, last);
+    /* 8. weighted sum: O = alpha O + P V, P[r][j] = ST[j][r] */
+    pv_all(rows, kt, ST, 1, r16, O, cp, A, t->v + j0 * t->v_stride, t->v_stride, nv, last);
   }
 
   finish_rows(t, O, cp, M, L);
@@ -716,7 +711,7 @@ static void attend_cols(const attnc_tile *t)
     }
   scores_done:
     for (r = 0; r < rows; r++) softmax_row(t, r, j0, kt, S + r * KT, M, L, O, cp);
-    pv_all(rows, kt, S, KT, 1, O, cp, t->v + j0 * t->v_stride, t->v_stride, nv, last);
+    pv_all(rows, kt, S, KT, 1, O, cp, NULL, t->v + j0 * t->v_stride, t->v_stride, nv, last);
   }
 
   finish_rows(t, O, cp, M, L);
