@@ -149,6 +149,10 @@ function M.emit(p)
   env.global, env.gated, env.global_masked = p.global or false, p.gated or false, p.global_masked or false
   env.self = p.self
   env.bias_h, env.bias_i, env.bias_j = p.bias_h or false, p.bias_i or false, p.bias_j or false
+  -- a bias shared by every batch element (AlphaFold's pair bias) is
+  -- transposed once per run for the primitives: rows of one key contiguous
+  env.bias_t_ok = env.fast_ok and p.has_bias and env.bias_offset == "0" and p.bias_i ~= nil and p.bias_j ~= nil
+    and p.HPG == 1 and not p.global
   if not p.core then
     local s = p.spec
     local xr, kr = {}, {}

@@ -616,12 +616,23 @@ static void attend_rows(const attnc_tile *t)
        * max_ps may drop a NaN score, but its p is NaN all the same, so the
        * row's sum and output turn NaN (see the end) */
       const int bias_rows = t->bias && t->bias_j == 1;
+      /* a bias contiguous along the query rows (one transposed by the
+       * kernel): 16 rows of one key are one vector */
+      const int bias_cols = t->bias && !bias_rows && t->bias_i == 1 && t->q_group == 1;
+      const __mmask16 live = tail_mask(rows - rv * 16);
       __m512 bmx = ninf;
       if (bias_rows) bmx = add_bias_rows(bias0, BO, rv, j0, kt, st, r16);
       if (all_visible && !t->mask && !t->bias) {
         mx = _mm512_load_ps(MX + rv * 16); /* taken by the q.k kernel */
       } else if (all_visible && !t->mask && bias_rows) {
         mx = bmx; /* taken as the bias went in */
+      } else if (all_visible && !t->mask && bias_cols) {
+        const float *bc = bias0 + rv * 16 + j0 * t->bias_j;
+        for (j = 0; j < kt; j++) {
+          const __m512 sv = _mm512_add_ps(_mm512_load_ps(st + j * r16), _mm512_maskz_loadu_ps(live, bc + j * t->bias_j));
+          _mm512_store_ps(st + j * r16, sv);
+          mx = _mm512_max_ps(mx, sv);
+        }
       } else {
         for (j = 0; j < kt; j++) {
           __m512 sv = _mm512_load_ps(st + j * r16);
@@ -631,7 +642,9 @@ static void attend_rows(const attnc_tile *t)
             ok = _mm512_cmp_epi32_mask(lov, jv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(jv, hiv, _MM_CMPINT_LE);
           }
           if (t->mask && !t->mask[(j0 + j) * t->mask_j]) ok = 0;
-          if (ok && t->bias && !bias_rows)
+          if (ok && bias_cols)
+            sv = _mm512_add_ps(sv, _mm512_maskz_loadu_ps(ok & live, bias0 + rv * 16 + (j0 + j) * t->bias_j));
+          else if (ok && t->bias && !bias_rows)
             sv = _mm512_add_ps(sv, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), ok, bov,
                                                             bias0 + (j0 + j) * t->bias_j, 4));
           sv = _mm512_mask_blend_ps(ok, ninf, sv);

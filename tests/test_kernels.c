@@ -196,6 +196,39 @@ static void sweep_features(attnc_backend be)
   assert_int_equal(sw.fails, 0);
 }
 
+/* A bias shared by the batch elements (AlphaFold's pair bias) is
+ * transposed once per run when the primitives run and there are at least 4
+ * batch elements: several query and key tiles, tails of rows, masks, causal
+ * and window ranges, column attention, and a GQA spec that keeps the bias
+ * as it is. */
+static void sweep_shared_bias(attnc_backend be)
+{
+  static const char *const specs[] = {
+    "alphafold x=4,S,12 heads=3 head_dim=4 gated bias=3,S,S mask=key",
+    "alphafold x=2,3,S,12 heads=3 head_dim=4 bias=1,S,S",
+    "alphafold x=S,5,12 attn_dim=0 heads=2 head_dim=4 bias=2,S,S mask=key",
+    "mha mode=core q=5,2,S,8 bias=2,S,S causal",
+    "mha mode=core q=4,2,S,8 bias=1,S,S window=3,3 mask=key",
+    "gqa x=4,S,24 heads=4 kv_heads=2 bias=4,S,S",
+  };
+  static const int64_t lens[] = { 1, 33, 100, 130 };
+  struct sweep sw = { 0, 0 };
+  size_t i, l;
+  for (i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    char *src = NULL, *hdr = NULL;
+    attnc_error e;
+    /* the generator's side: a transposing kernel for all but GQA */
+    assert_int_equal(attnc_generate(specs[i], NULL, &src, &hdr, &e), ATTNC_OK);
+    assert_true((strstr(src, "transpose_bias(") != NULL) == (strncmp(specs[i], "gqa", 3) != 0));
+    free(src);
+    free(hdr);
+    for (l = 0; l < sizeof lens / sizeof lens[0]; l++)
+      one(&sw, be, specs[i], lens[l], 0, 0.7, 900 + i * 7 + l);
+  }
+  report("shared bias", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+
 /* Logits in the hundreds must not overflow: large inputs and scale. */
 static void sweep_large_logits(attnc_backend be)
 {
@@ -235,6 +268,7 @@ static void test_kernels_threads_identical(void **s)
     "gqa x=B,S,64 heads=8 kv_heads=2 window=9,0 causal",
     "alphafold x=3,S,32 heads=4 head_dim=8 gated global mask=key global_mean=masked",
     "alphafold x=2,S,3,32 attn_dim=1 heads=4 head_dim=8 gated bias=2,4,S,S mask=key",
+    "alphafold x=4,S,32 heads=4 head_dim=8 gated bias=4,S,S mask=key", /* the bias transposed */
     "mha mode=core q=1,8,1,64 kv=1,2,S,64 mask=key", /* decode: key splits */
   };
   size_t i;
@@ -282,6 +316,8 @@ static void test_kernels_masks_tcc(void **s) { (void)s; sweep_masks(ATTNC_BACKEN
 static void test_kernels_masks_cc(void **s) { (void)s; sweep_masks(ATTNC_BACKEND_CC); }
 static void test_kernels_features_tcc(void **s) { (void)s; sweep_features(ATTNC_BACKEND_TCC); }
 static void test_kernels_features_cc(void **s) { (void)s; sweep_features(ATTNC_BACKEND_CC); }
+static void test_kernels_shared_bias_tcc(void **s) { (void)s; sweep_shared_bias(ATTNC_BACKEND_TCC); }
+static void test_kernels_shared_bias_cc(void **s) { (void)s; sweep_shared_bias(ATTNC_BACKEND_CC); }
 static void test_kernels_large_logits_tcc(void **s) { (void)s; sweep_large_logits(ATTNC_BACKEND_TCC); }
 static void test_kernels_large_logits_cc(void **s) { (void)s; sweep_large_logits(ATTNC_BACKEND_CC); }
 
@@ -292,6 +328,7 @@ int main(void)
     cmocka_unit_test(test_kernels_axes_tcc),     cmocka_unit_test(test_kernels_axes_cc),
     cmocka_unit_test(test_kernels_masks_tcc),    cmocka_unit_test(test_kernels_masks_cc),
     cmocka_unit_test(test_kernels_features_tcc), cmocka_unit_test(test_kernels_features_cc),
+    cmocka_unit_test(test_kernels_shared_bias_tcc), cmocka_unit_test(test_kernels_shared_bias_cc),
     cmocka_unit_test(test_kernels_large_logits_tcc), cmocka_unit_test(test_kernels_large_logits_cc),
     cmocka_unit_test(test_kernels_plain_tcc),    cmocka_unit_test(test_kernels_threads_identical),
   };
