@@ -151,6 +151,9 @@ function M.emit(p)
   env.bias_h, env.bias_i, env.bias_j = p.bias_h or false, p.bias_i or false, p.bias_j or false
   -- a bias shared by every batch element (AlphaFold's pair bias) is
   -- transposed once per run for the primitives: rows of one key contiguous
+  -- with the primitives, a full kernel may run one batch element at a time:
+  -- project, attend, gate and project out while its data is in cache
+  env.fuse_ok = env.fast_ok and not p.core and not p.global
   env.bias_t_ok = env.fast_ok and p.has_bias and env.bias_offset == "0" and p.bias_i ~= nil and p.bias_j ~= nil
     and p.HPG == 1 and not p.global
   if not p.core then
