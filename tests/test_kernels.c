@@ -268,7 +268,8 @@ static void test_kernels_threads_identical(void **s)
     "gqa x=B,S,64 heads=8 kv_heads=2 window=9,0 causal",
     "alphafold x=3,S,32 heads=4 head_dim=8 gated global mask=key global_mean=masked",
     "alphafold x=2,S,3,32 attn_dim=1 heads=4 head_dim=8 gated bias=2,4,S,S mask=key",
-    "alphafold x=4,S,32 heads=4 head_dim=8 gated bias=4,S,S mask=key", /* the bias transposed */
+    /* the bias transposed; fused on 1 and 2 threads, not on 3 (4 batch elements do not share out): the same bits */
+    "alphafold x=4,S,32 heads=4 head_dim=8 gated bias=4,S,S mask=key",
     "mha mode=core q=1,8,1,64 kv=1,2,S,64 mask=key", /* decode: key splits */
   };
   size_t i;
