@@ -419,10 +419,12 @@ static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float 
  *     16 rows, with no horizontal reductions and no scalar exp;
  *   - p.v broadcasts p[r][j] = ST[j][r] against rows of v, as before. */
 
-/* ST[j][16*u ..] (rows 16 apart by r16) for NJ keys k[j] x NQ row vectors;
- * MX[16*u ..] = max(MX, these scores) (a NaN score may be dropped: see attend_rows). */
+/* ST[j][16*u ..] (rows 16 apart by r16) for NJ keys k[j] x NQ row vectors,
+ * plus BT[j * bt_j + 16*u ..] when there is a bias laid out like the scores
+ * (its lanes past `live` rows not read); MX[16*u ..] = max(MX, these
+ * scores) (a NaN score may be dropped: see attend_rows). */
 INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r16, const float *k, long k_stride,
-                       float *ST, float *MX)
+                       float *ST, float *MX, const float *BT, long bt_j, long live)
 {
   __m512 acc[4][4];
   long d;
@@ -439,7 +441,9 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
   }
   for (u = 0; u < NQ; u++) {
     __m512 m = _mm512_load_ps(MX + u * 16);
+    const __mmask16 lm = tail_mask(live - u * 16 < 0 ? 0 : live - u * 16);
     for (j = 0; j < NJ; j++) {
+      if (BT) acc[j][u] = _mm512_add_ps(acc[j][u], _mm512_maskz_loadu_ps(lm, BT + j * bt_j + u * 16));
       _mm512_store_ps(ST + j * r16 + u * 16, acc[j][u]);
       m = _mm512_max_ps(m, acc[j][u]);
     }
@@ -448,7 +452,7 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
 }
 
 static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
-                     float *MX)
+                     float *MX, const float *BT, long bt_j, long rows)
 {
   long rv0, jb;
   for (rv0 = 0; rv0 < r16; rv0 += 16) _mm512_store_ps(MX + rv0, _mm512_set1_ps(-INFINITY));
@@ -456,14 +460,15 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const
     const long nr = nrv - rv0 < 4 ? nrv - rv0 : 4;
     for (jb = 0; jb < kt; jb += 4) {
       const long nj = kt - jb < 4 ? kt - jb : 4;
-      const float *qt = QT + rv0 * 16, *kb = k + jb * k_stride;
+      const float *qt = QT + rv0 * 16, *kb = k + jb * k_stride, *bt = BT ? BT + jb * bt_j + rv0 * 16 : NULL;
       float *st = ST + jb * r16 + rv0 * 16, *mx = MX + rv0 * 16;
+      const long live = rows - rv0 * 16;
 #define QK_NQ(NJ)                                                         \
   switch (nr) {                                                           \
-  case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st, mx); break;         \
-  case 3: qkT_kernel(NJ, 3, c, qt, r16, kb, k_stride, st, mx); break;         \
-  case 2: qkT_kernel(NJ, 2, c, qt, r16, kb, k_stride, st, mx); break;         \
-  default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st, mx); break;        \
+  case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
+  case 3: qkT_kernel(NJ, 3, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
+  case 2: qkT_kernel(NJ, 2, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
+  default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
   }
       switch (nj) {
       case 4: QK_NQ(4) break;
@@ -594,6 +599,11 @@ static void attend_rows(const attnc_tile *t)
       for (u = 0; u < nd; u++) _mm512_store_ps(QT + (d + u) * r16 + rv * 16, x[u]);
     }
 
+  /* 5. bias: one contiguous along the keys goes in by 16x16 transposes;
+   * one contiguous along the query rows (transposed by the kernel), with
+   * the scores, 16 rows of one key a vector */
+  const int bias_rows = t->bias && t->bias_j == 1;
+  const int bias_cols = t->bias && !bias_rows && t->bias_i == 1 && t->q_group == 1;
   for (j0 = jmin; j0 <= jmax; j0 += KT) {
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
     /* every row sees every key of this tile: no per-lane range test */
@@ -606,7 +616,9 @@ static void attend_rows(const attnc_tile *t)
     if (t->bias && t->bias_j == 1 && j0 + KT <= jmax) /* the next tile's bias, row by row */
       for (r = 0; r < rows; r++)
         prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
-    qkT_tile(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX);
+    /* 4. scores (5. plus a bias laid out like them, rows contiguous) */
+    qkT_tile(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
+             bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows);
     for (rv = 0; rv < nrv; rv++) {
       float *st = ST + rv * 16;
       const __m512i lov = _mm512_load_si512(LO + rv * 16), hiv = _mm512_load_si512(HI + rv * 16);
@@ -615,24 +627,12 @@ static void attend_rows(const attnc_tile *t)
       /* 5. bias, 6. mask: masked scores become -inf; then the column max.
        * max_ps may drop a NaN score, but its p is NaN all the same, so the
        * row's sum and output turn NaN (see the end) */
-      const int bias_rows = t->bias && t->bias_j == 1;
-      /* a bias contiguous along the query rows (one transposed by the
-       * kernel): 16 rows of one key are one vector */
-      const int bias_cols = t->bias && !bias_rows && t->bias_i == 1 && t->q_group == 1;
-      const __mmask16 live = tail_mask(rows - rv * 16);
       __m512 bmx = ninf;
       if (bias_rows) bmx = add_bias_rows(bias0, BO, rv, j0, kt, st, r16);
-      if (all_visible && !t->mask && !t->bias) {
-        mx = _mm512_load_ps(MX + rv * 16); /* taken by the q.k kernel */
+      if (all_visible && !t->mask && (!t->bias || bias_cols)) {
+        mx = _mm512_load_ps(MX + rv * 16); /* taken by the q.k kernel (which added a bias_cols bias) */
       } else if (all_visible && !t->mask && bias_rows) {
         mx = bmx; /* taken as the bias went in */
-      } else if (all_visible && !t->mask && bias_cols) {
-        const float *bc = bias0 + rv * 16 + j0 * t->bias_j;
-        for (j = 0; j < kt; j++) {
-          const __m512 sv = _mm512_add_ps(_mm512_load_ps(st + j * r16), _mm512_maskz_loadu_ps(live, bc + j * t->bias_j));
-          _mm512_store_ps(st + j * r16, sv);
-          mx = _mm512_max_ps(mx, sv);
-        }
       } else {
         for (j = 0; j < kt; j++) {
           __m512 sv = _mm512_load_ps(st + j * r16);
@@ -642,9 +642,7 @@ static void attend_rows(const attnc_tile *t)
             ok = _mm512_cmp_epi32_mask(lov, jv, _MM_CMPINT_LE) & _mm512_cmp_epi32_mask(jv, hiv, _MM_CMPINT_LE);
           }
           if (t->mask && !t->mask[(j0 + j) * t->mask_j]) ok = 0;
-          if (ok && bias_cols)
-            sv = _mm512_add_ps(sv, _mm512_maskz_loadu_ps(ok & live, bias0 + rv * 16 + (j0 + j) * t->bias_j));
-          else if (ok && t->bias && !bias_rows)
+          if (ok && t->bias && !bias_rows && !bias_cols)
             sv = _mm512_add_ps(sv, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), ok, bov,
                                                             bias0 + (j0 + j) * t->bias_j, 4));
           sv = _mm512_mask_blend_ps(ok, ninf, sv);

@@ -127,14 +127,17 @@ static void ref_tile(const attnc_tile *t, double *out)
   }
 }
 
-/* key_bias: the bias varies along keys (bias_j = 1); else it is one value per
- * row, broadcast over keys (bias_j = 0: the AVX-512 gather path) */
+/* key_bias 1: the bias is contiguous along the keys (bias_j = 1); 0: one
+ * value per row, broadcast over keys (bias_j = 0: the AVX-512 gather path);
+ * 2: contiguous along the query rows (bias_i = 1), rows of an odd length
+ * apart, as a kernel lays out a shared bias it transposed */
 static int check_attend(const char *isa, void (*attend)(const attnc_tile *), const struct case_ *cs, int key_bias)
 {
   long npos = (cs->rows + cs->group - 1) / cs->group, rows = npos * cs->group;
   long c = cs->c, nk = cs->nk, qs = cs->group * (c + 1), ks = c + 2, n, r, d, s;
   float *q = malloc(sizeof(float) * npos * qs), *k = malloc(sizeof(float) * nk * ks), *v = malloc(sizeof(float) * nk * ks);
-  float *bias = malloc(sizeof(float) * cs->group * (cs->i0 + npos) * nk + 1);
+  const long ld = cs->i0 + npos + 3; /* key_bias 2: floats from one key's rows to the next's */
+  float *bias = malloc(sizeof(float) * cs->group * ld * nk + 1);
   float *o = malloc(sizeof(float) * rows * c), *part = malloc(sizeof(float) * cs->splits * rows * (c + 2));
   unsigned char *mask = malloc((size_t)nk);
   double *want = malloc(sizeof(double) * rows * c), worst = 0;
@@ -142,7 +145,7 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
   attnc_tile t;
   for (n = 0; n < npos * qs; n++) q[n] = frand() * 2;
   for (n = 0; n < nk * ks; n++) { k[n] = frand() * 2; v[n] = frand(); }
-  for (n = 0; n < cs->group * (cs->i0 + npos) * nk; n++) bias[n] = frand();
+  for (n = 0; n < cs->group * ld * nk; n++) bias[n] = frand();
   for (n = 0; n < nk; n++) mask[n] = frand() > -0.4f;
   memset(&t, 0, sizeof t);
   t.q = q; t.q_stride = qs; t.q_hstride = c + 1; t.q_group = cs->group;
@@ -150,7 +153,8 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
   t.o = o; t.o_stride = cs->group * c; t.o_hstride = c;
   t.rows = rows; t.i0 = cs->i0; t.c = c; t.nk = nk; t.k_begin = 0; t.k_end = nk;
   t.scale = 0.3f;
-  if (cs->bias) { t.bias = bias; t.bias_h = (cs->i0 + npos) * nk; t.bias_i = nk; t.bias_j = key_bias ? 1 : 0; }
+  if (cs->bias && key_bias == 2) { t.bias = bias; t.bias_h = ld * nk; t.bias_i = 1; t.bias_j = ld; }
+  else if (cs->bias) { t.bias = bias; t.bias_h = (cs->i0 + npos) * nk; t.bias_i = nk; t.bias_j = key_bias ? 1 : 0; }
   if (cs->mask) { t.mask = mask; t.mask_j = 1; }
   t.has_lo = cs->has_lo; t.lo_off = cs->lo_off; t.has_hi = cs->has_hi; t.hi_off = cs->hi_off;
   t.empty_rows = cs->empty;
@@ -182,7 +186,7 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
     }
   if (worst > 1)
     fprintf(stderr, "attend [%s%s] rows=%ld group=%ld c=%ld nk=%ld i0=%ld lo=%d:%ld hi=%d:%ld bias=%d mask=%d empty=%d splits=%ld: error %.3g of tolerance\n",
-            isa, key_bias ? "" : " bias_j=0", rows, cs->group, c, nk, cs->i0, cs->has_lo, cs->lo_off, cs->has_hi, cs->hi_off, cs->bias, cs->mask, cs->empty,
+            isa, key_bias == 2 ? " bias_i=1" : key_bias ? "" : " bias_j=0", rows, cs->group, c, nk, cs->i0, cs->has_lo, cs->lo_off, cs->has_hi, cs->hi_off, cs->bias, cs->mask, cs->empty,
             cs->splits, worst);
   free(q); free(k); free(v); free(bias); free(o); free(part); free(mask); free(want); free(work);
   return worst <= 1;
@@ -211,9 +215,11 @@ static void test_prims_attend(void **state)
   for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i], 1);
     fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i], 0);
+    fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i], 2);
     if (have_avx512()) {
       fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 1);
       fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 0);
+      fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 2);
     }
   }
   if (!have_avx512()) printf("SKIP avx512 attend: this CPU has no AVX-512 (generic checked)\n");
