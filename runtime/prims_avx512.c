@@ -7,7 +7,7 @@
 #include "prims.h"
 
 #define NR ATTNC_PACK_NR
-#define KC 256
+#define KC 1024 /* inputs per pass: one pass up to 1024 (the y block is not re-read; B streams from L2) */
 #define KT ATTNC_ATTEND_KT
 #define INLINE static inline __attribute__((always_inline))
 

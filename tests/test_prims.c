@@ -67,7 +67,8 @@ static int check_linear(linear_fn f, long rows, long n_in, long n_out, int bias)
 
 static void test_prims_linear(void **state)
 {
-  static const long shapes[][3] = { { 1, 1, 1 }, { 5, 7, 3 }, { 12, 64, 32 }, { 13, 300, 33 }, { 25, 513, 64 }, { 96, 256, 100 } };
+  /* n_in past 1024 (2049): more than one pass over the inputs, each adding to y */
+  static const long shapes[][3] = { { 1, 1, 1 }, { 5, 7, 3 }, { 12, 64, 32 }, { 13, 300, 33 }, { 25, 513, 64 }, { 96, 256, 100 }, { 14, 2049, 40 } };
   size_t i;
   int b, fails = 0;
   (void)state;
