@@ -9,6 +9,8 @@
 #define NR ATTNC_PACK_NR
 #define KC 1024 /* inputs per pass: one pass up to 1024 (the y block is not re-read; B streams from L2) */
 #define KT ATTNC_ATTEND_KT
+/* attend_cols' score rows (softmax_row, qk_kernel) are four vectors: 64 keys */
+typedef char attnc_kt_is_64[KT == 64 ? 1 : -1];
 #define INLINE static inline __attribute__((always_inline))
 
 static long round16(long n) { return (n + 15) & ~15L; }
