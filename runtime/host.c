@@ -196,9 +196,9 @@ static int host_panic(lua_State *L)
  * machines attnc is measured on, and starting the generator and running
  * it once touches about 100 new pages: over a millisecond of a cold
  * compile.  So the Lua state takes its first allocations from a 1 MiB
- * arena whose pages are populated at once (one system call, about
- * 0.13 ms), bump
- * allocated; freed arena blocks are not reused (the last one is), and
+ * arena whose pages are populated at once (one system call, 0.2-0.35 ms
+ * measured), bump allocated; freed arena blocks are not reused (the last
+ * one is), and
  * once the arena is used up everything goes to malloc.  The state lives
  * as long as the process, so the arena is mapped once. */
 #define ARENA_SIZE ((size_t)1 << 20)

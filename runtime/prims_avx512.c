@@ -615,7 +615,7 @@ static void attend_rows(const attnc_tile *t)
       prefetch_rows(t->k, t->k_stride, j0 + KT, j1, c);
       prefetch_rows(t->v, t->v_stride, j0 + KT, j1, c);
     }
-    if (t->bias && t->bias_j == 1 && j0 + KT <= jmax) /* the next tile's bias, row by row */
+    if (bias_rows && j0 + KT <= jmax) /* the next tile's bias, row by row */
       for (r = 0; r < rows; r++)
         prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
     /* 4. scores (5. plus a bias laid out like them, rows contiguous) */
