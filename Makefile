@@ -25,7 +25,7 @@ endif
 GEN_SRC  := $(sort $(wildcard gen/*.lua))
 TMPL_SRC := $(sort $(wildcard templates/*))
 LIB_SRC  := runtime/error.c runtime/host.c runtime/jit.c runtime/kernel.c runtime/safetensors.c runtime/explain.c \
-            runtime/pool.c runtime/prims.c runtime/prims_avx512.c
+            runtime/pool.c runtime/prims.c runtime/prims_avx512.c runtime/prims_avx2.c
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 TESTS    := test_spec test_safetensors test_reference test_prims test_runtime test_kernels test_golden test_specs test_cli test_validation test_stress
 SPECS    := $(sort $(wildcard specs/*.attn))
@@ -65,7 +65,9 @@ $(B)/obj/%.o: runtime/%.c runtime/attnc.h runtime/internal.h templates/abi.h | $
 
 # only reached after a run-time check that the CPU has AVX-512 (prims.c)
 $(B)/obj/prims_avx512.o: CFLAGS += -O3 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma
-$(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/kernel.o: runtime/prims.h
+# only reached after a run-time check that the CPU has AVX2 and FMA (prims.c)
+$(B)/obj/prims_avx2.o: CFLAGS += -O3 -mavx2 -mfma
+$(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(B)/obj/kernel.o: runtime/prims.h
 
 $(B)/obj/embedded.o: $(B)/embedded.c
 	@mkdir -p $(B)/obj

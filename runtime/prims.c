@@ -1,5 +1,5 @@
 /* Portable primitives and the run-time dispatcher.  The portable versions
- * follow the same algorithms as the AVX-512 ones (packed GEMM, flash
+ * follow the same algorithms as the AVX-512 and AVX2 ones (packed GEMM, flash
  * attention with an online softmax over key tiles), so every path shares
  * one structure and one set of tests. */
 #include <math.h>
@@ -167,12 +167,19 @@ static void choose(void)
   table.combine = attnc_prims_combine_generic;
   table.sigmoid_mul = attnc_prims_sigmoid_mul_generic;
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (!(force && strcmp(force, "generic") == 0) && __builtin_cpu_supports("avx512f") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
+  /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
+  const int any = !force || (strcmp(force, "generic") != 0 && strcmp(force, "avx2") != 0);
+  if (any && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
     table.isa = "avx512";
     table.linear = attnc_prims_linear_avx512;
     table.attend = attnc_prims_attend_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
+  } else if (!(force && strcmp(force, "generic") == 0) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    table.isa = "avx2";
+    table.linear = attnc_prims_linear_avx2;
+    table.attend = attnc_prims_attend_avx2;
+    table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
   }
 #endif
 }

@@ -1,6 +1,7 @@
 /* Vectorised primitives that generated kernels call through attnc_prims.
  * prims.c holds portable versions and the dispatcher; prims_avx512.c the
- * AVX-512 versions, chosen at run time when the CPU has them. */
+ * AVX-512 versions and prims_avx2.c the AVX2 + FMA ones, chosen at run
+ * time by what the CPU has. */
 #ifndef ATTNC_PRIMS_H
 #define ATTNC_PRIMS_H
 
@@ -43,6 +44,10 @@ void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_
                                const float *b, float *y, long y_stride);
 void attnc_prims_attend_avx512(const attnc_tile *t);
 void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n);
+void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                             const float *b, float *y, long y_stride);
+void attnc_prims_attend_avx2(const attnc_tile *t);
+void attnc_prims_sigmoid_mul_avx2(const float *g, float *o, long n);
 #endif
 
 #endif

@@ -1,6 +1,6 @@
 /* The vectorised primitives, directly: packed linear and attention tiles
  * (with key splits and combine) against double-precision loops, for the
- * portable versions and, when the CPU has it, AVX-512.  Shapes cover tails
+ * portable versions and, when the CPU has them, AVX-512 and AVX2.  Shapes cover tails
  * (widths not multiples of 16 or 32, odd row counts) and every visibility
  * rule a tile can carry. */
 #include <setjmp.h>
@@ -30,6 +30,13 @@ static float *alloc64(long n)
 static int have_avx512(void)
 {
   return strcmp(attnc_prims_get()->isa, "avx512") == 0;
+}
+
+/* the AVX2 versions are checked directly wherever the CPU can run them,
+ * whichever set the dispatcher chose */
+static int have_avx2(void)
+{
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 typedef void (*linear_fn)(const float *, long, long, long, const float *, long, const float *, float *, long);
@@ -68,7 +75,7 @@ static int check_linear(linear_fn f, long rows, long n_in, long n_out, int bias)
 static void test_prims_linear(void **state)
 {
   /* n_in past 1024 (2049): more than one pass over the inputs, each adding to y */
-  static const long shapes[][3] = { { 1, 1, 1 }, { 5, 7, 3 }, { 12, 64, 32 }, { 13, 300, 33 }, { 25, 513, 64 }, { 96, 256, 100 }, { 14, 2049, 40 } };
+  static const long shapes[][3] = { { 1, 1, 1 }, { 5, 7, 3 }, { 12, 64, 32 }, { 13, 300, 33 }, { 25, 513, 64 }, { 96, 256, 100 }, { 14, 2049, 40 }, { 7, 40, 20 } };
   size_t i;
   int b, fails = 0;
   (void)state;
@@ -76,8 +83,10 @@ static void test_prims_linear(void **state)
     for (b = 0; b < 2; b++) {
       fails += !check_linear(attnc_prims_linear_generic, shapes[i][0], shapes[i][1], shapes[i][2], b);
       if (have_avx512()) fails += !check_linear(attnc_prims_linear_avx512, shapes[i][0], shapes[i][1], shapes[i][2], b);
+      if (have_avx2()) fails += !check_linear(attnc_prims_linear_avx2, shapes[i][0], shapes[i][1], shapes[i][2], b);
     }
   if (!have_avx512()) printf("SKIP avx512 linear: this CPU has no AVX-512 (generic checked)\n");
+  if (!have_avx2()) printf("SKIP avx2 linear: this CPU has no AVX2 and FMA (generic checked)\n");
   assert_int_equal(fails, 0);
 }
 
@@ -222,23 +231,43 @@ static void test_prims_attend(void **state)
       fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 0);
       fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 2);
     }
+    if (have_avx2()) {
+      fails += !check_attend("avx2", attnc_prims_attend_avx2, &cases[i], 1);
+      fails += !check_attend("avx2", attnc_prims_attend_avx2, &cases[i], 0);
+      fails += !check_attend("avx2", attnc_prims_attend_avx2, &cases[i], 2);
+    }
   }
   if (!have_avx512()) printf("SKIP avx512 attend: this CPU has no AVX-512 (generic checked)\n");
+  if (!have_avx2()) printf("SKIP avx2 attend: this CPU has no AVX2 and FMA (generic checked)\n");
   assert_int_equal(fails, 0);
+}
+
+static int check_sigmoid_mul(const char *isa, void (*f)(const float *, float *, long))
+{
+  float g[37], o[37], o2[37];
+  long i;
+  int bad = 0;
+  for (i = 0; i < 37; i++) { g[i] = frand() * 30; o[i] = o2[i] = frand(); }
+  g[3] = 200; g[4] = -200; /* past where e^-g over- and underflows */
+  f(g, o, 37);
+  for (i = 0; i < 37; i++) {
+    double want = o2[i] / (1 + exp(-(double)g[i]));
+    if (!(fabs(o[i] - want) <= 1e-6 + 1e-5 * fabs(want))) {
+      fprintf(stderr, "sigmoid_mul [%s] g=%g o=%g: got %g, want %g\n", isa, g[i], o2[i], o[i], want);
+      bad++;
+    }
+  }
+  return bad == 0;
 }
 
 static void test_prims_sigmoid_mul(void **state)
 {
-  float g[37], o[37], o2[37];
-  long i;
+  int fails = 0;
   (void)state;
-  for (i = 0; i < 37; i++) { g[i] = frand() * 30; o[i] = o2[i] = frand(); }
-  g[3] = 200; g[4] = -200;
-  attnc_prims_get()->sigmoid_mul(g, o, 37);
-  for (i = 0; i < 37; i++) {
-    double want = o2[i] / (1 + exp(-(double)g[i]));
-    assert_true(fabs(o[i] - want) <= 1e-6 + 1e-5 * fabs(want));
-  }
+  fails += !check_sigmoid_mul("generic", attnc_prims_sigmoid_mul_generic);
+  fails += !check_sigmoid_mul(attnc_prims_get()->isa, attnc_prims_get()->sigmoid_mul);
+  if (have_avx2()) fails += !check_sigmoid_mul("avx2", attnc_prims_sigmoid_mul_avx2);
+  assert_int_equal(fails, 0);
 }
 
 int main(void)

@@ -1,0 +1,498 @@
+/* AVX2 + FMA primitives, for x86-64 CPUs without AVX-512 (AMD Zen 1-3,
+ * Intel Haswell to Comet Lake).  The algorithms are those of
+ * prims_avx512.c on 8 lanes instead of 16: a packed, register-blocked
+ * GEMM, and attention with query rows across the lanes and an online
+ * softmax down the columns.  This file is compiled with -mavx2 -mfma;
+ * nothing here runs unless prims.c found both on the CPU. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "prims.h"
+
+#define NR ATTNC_PACK_NR
+#define KC 1024 /* inputs per pass of the GEMM */
+#define KT ATTNC_ATTEND_KT
+#define INLINE static inline __attribute__((always_inline))
+
+static long round8(long n) { return (n + 7) & ~7L; }
+
+/* The first n of 8 lanes set (n clamped to 0..8), as maskload wants it. */
+static __m256i lanes8(long n)
+{
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n > 8 ? 8 : n)), iota);
+}
+
+/* e^x for x <= 88.3 (the softmax's x <= 0); exactly 0 below -87.3 (and
+ * for -inf); NaN stays NaN.  2^n is built in the exponent bits, which
+ * holds for the n in [-126, 127] that this range gives. */
+INLINE __m256 exp256_neg(__m256 x)
+{
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  __m256 n, r, p;
+  __m256i e;
+  x = _mm256_max_ps(lo, x); /* NaN in x passes through (maxps returns its second operand) */
+  n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  /* e^r = 1 + r + r^2 P(r) on |r| <= ln2/2, P of degree 5 (Cephes expf's
+   * coefficients): about 1e-7 relative error */
+  p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* ---- linear: y = x W^T + b with W packed in panels of 32 outputs ---- */
+
+/* An MR x 16 block of y (half a panel) over kc inputs: 2*MR accumulators.
+ * nv: how many of the 16 columns are real (a tail panel has fewer). */
+INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const float *bp, float *c, long ldc,
+                       int first, const float *bias, long nv)
+{
+  __m256 acc0[6], acc1[6];
+  long k;
+  int i;
+  for (i = 0; i < MR; i++) {
+    acc0[i] = _mm256_setzero_ps();
+    acc1[i] = _mm256_setzero_ps();
+  }
+  for (k = 0; k < kc; k++) {
+    const __m256 b0 = _mm256_loadu_ps(bp + k * NR), b1 = _mm256_loadu_ps(bp + k * NR + 8);
+    for (i = 0; i < MR; i++) {
+      const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
+      acc0[i] = _mm256_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm256_fmadd_ps(ai, b1, acc1[i]);
+    }
+  }
+  if (nv >= 16) {
+    for (i = 0; i < MR; i++) {
+      float *ci = c + i * ldc;
+      const __m256 base0 = first ? (bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps()) : _mm256_loadu_ps(ci);
+      const __m256 base1 = first ? (bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps()) : _mm256_loadu_ps(ci + 8);
+      _mm256_storeu_ps(ci, _mm256_add_ps(acc0[i], base0));
+      _mm256_storeu_ps(ci + 8, _mm256_add_ps(acc1[i], base1));
+    }
+  } else { /* the panel's tail: only nv columns exist in y and b */
+    float tmp[6][16];
+    long n;
+    for (i = 0; i < MR; i++) { /* a loop the compiler unrolls: acc stays in registers */
+      _mm256_storeu_ps(tmp[i], acc0[i]);
+      _mm256_storeu_ps(tmp[i] + 8, acc1[i]);
+    }
+    for (i = 0; i < MR; i++)
+      for (n = 0; n < nv; n++) c[i * ldc + n] = tmp[i][n] + (first ? (bias ? bias[n] : 0.0f) : c[i * ldc + n]);
+  }
+}
+
+void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                             const float *b, float *y, long y_stride)
+{
+  long panels = (n_out + NR - 1) / NR, k0, p, h, r0;
+  for (k0 = 0; k0 < n_in; k0 += KC) {
+    long kc = n_in - k0 < KC ? n_in - k0 : KC;
+    int first = k0 == 0;
+    for (p = 0; p < panels; p++)
+      for (h = 0; h < NR; h += 16) {
+        const float *bp = packed + p * NR * n_in + k0 * NR + h;
+        const long nv = n_out - p * NR - h;
+        const float *bias = b ? b + p * NR + h : NULL;
+        if (nv <= 0) break;
+        for (r0 = 0; r0 < rows; r0 += 6) {
+          const float *a = x + r0 * x_stride + k0;
+          float *c = y + r0 * y_stride + p * NR + h;
+          switch (rows - r0 < 6 ? rows - r0 : 6) {
+          case 6: lin_kernel(6, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+          case 5: lin_kernel(5, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+          case 4: lin_kernel(4, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+          case 3: lin_kernel(3, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+          case 2: lin_kernel(2, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+          default: lin_kernel(1, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+          }
+        }
+      }
+  }
+}
+
+/* ---- attention with query rows across the lanes ----
+ *
+ * As in prims_avx512.c: the scores of a key tile are kept transposed,
+ * ST[j][r] (8 rows per vector), so q.k broadcasts k[j][d] against 8 rows
+ * of the scaled, transposed queries QT[d][r]; the online softmax runs
+ * down the columns with the row max, sum and rescale factor as vectors;
+ * p.v broadcasts p[r][j] = ST[j][r] against rows of v. */
+
+/* ST[j][8u ..] for NJ keys x NQ row vectors, plus BT[j * bt_j + 8u ..]
+ * when there is a bias laid out like the scores (its lanes past `live`
+ * rows not read); MX[8u ..] = max(MX, these scores).  12 accumulators,
+ * 3 query vectors and a key broadcast: all 16 registers. */
+INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r8, const float *k, long k_stride,
+                       float *ST, float *MX, const float *BT, long bt_j, long live)
+{
+  __m256 acc[4][3];
+  long d;
+  int j, u;
+  for (j = 0; j < NJ; j++)
+    for (u = 0; u < NQ; u++) acc[j][u] = _mm256_setzero_ps();
+  for (d = 0; d < c; d++) {
+    __m256 q[3];
+    for (u = 0; u < NQ; u++) q[u] = _mm256_load_ps(QT + d * r8 + u * 8);
+    for (j = 0; j < NJ; j++) {
+      const __m256 kb = _mm256_broadcast_ss(k + j * k_stride + d);
+      for (u = 0; u < NQ; u++) acc[j][u] = _mm256_fmadd_ps(kb, q[u], acc[j][u]);
+    }
+  }
+  for (u = 0; u < NQ; u++) {
+    __m256 m = _mm256_load_ps(MX + u * 8);
+    const long nl = live - u * 8;
+    for (j = 0; j < NJ; j++) {
+      if (BT) {
+        const float *bt = BT + j * bt_j + u * 8;
+        acc[j][u] = _mm256_add_ps(acc[j][u], nl >= 8 ? _mm256_loadu_ps(bt) : _mm256_maskload_ps(bt, lanes8(nl)));
+      }
+      _mm256_store_ps(ST + j * r8 + u * 8, acc[j][u]);
+      m = _mm256_max_ps(m, acc[j][u]);
+    }
+    _mm256_store_ps(MX + u * 8, m);
+  }
+}
+
+static void qkT_tile(long nrv, long kt, long c, const float *QT, long r8, const float *k, long k_stride, float *ST,
+                     float *MX, const float *BT, long bt_j, long rows)
+{
+  long rv0, jb;
+  for (rv0 = 0; rv0 < r8; rv0 += 8) _mm256_store_ps(MX + rv0, _mm256_set1_ps(-INFINITY));
+  for (rv0 = 0; rv0 < nrv; rv0 += 3) {
+    const long nr = nrv - rv0 < 3 ? nrv - rv0 : 3;
+    for (jb = 0; jb < kt; jb += 4) {
+      const long nj = kt - jb < 4 ? kt - jb : 4;
+      const float *qt = QT + rv0 * 8, *kb = k + jb * k_stride, *bt = BT ? BT + jb * bt_j + rv0 * 8 : NULL;
+      float *st = ST + jb * r8 + rv0 * 8, *mx = MX + rv0 * 8;
+      const long live = rows - rv0 * 8;
+#define QK_NQ(NJ)                                                                      \
+  switch (nr) {                                                                        \
+  case 3: qkT_kernel(NJ, 3, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live); break;   \
+  case 2: qkT_kernel(NJ, 2, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live); break;   \
+  default: qkT_kernel(NJ, 1, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live); break;  \
+  }
+      switch (nj) {
+      case 4: QK_NQ(4) break;
+      case 3: QK_NQ(3) break;
+      case 2: QK_NQ(2) break;
+      default: QK_NQ(1) break;
+      }
+#undef QK_NQ
+    }
+  }
+}
+
+/* r[0..7] (8 floats each) -> its transpose, in registers. */
+INLINE void transpose8(__m256 *r)
+{
+  __m256 t[8], s[8];
+  int i;
+  for (i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (i = 0; i < 8; i += 4) {
+    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+  }
+}
+
+/* n floats from p (n in 1..8), the rest 0; nothing past p[n-1] is read. */
+static __m256 load_n(const float *p, long n)
+{
+  return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes8(n));
+}
+
+/* ST[j][8 rows of rv] += bias of those rows at keys j0 + j, j < kt, for a
+ * bias contiguous along the keys: 8 x 8 blocks loaded by rows and
+ * transposed in registers.  Returns the column max of the biased scores. */
+static __m256 add_bias_rows(const float *bias0, const int *BO, long rv, long j0, long kt, float *st, long r8)
+{
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  long jb;
+  int x;
+  for (jb = 0; jb < kt; jb += 8) {
+    const long nk = kt - jb < 8 ? kt - jb : 8;
+    __m256 r[8];
+    for (x = 0; x < 8; x++) r[x] = load_n(bias0 + BO[rv * 8 + x] + j0 + jb, nk);
+    transpose8(r);
+    for (x = 0; x < nk; x++) {
+      float *p = st + (jb + x) * r8;
+      const __m256 sv = _mm256_add_ps(_mm256_load_ps(p), r[x]);
+      _mm256_store_ps(p, sv);
+      mx = _mm256_max_ps(mx, sv);
+    }
+  }
+  return mx;
+}
+
+/* Row i of O, scaled by alpha[i] when there is an alpha (the online
+ * softmax's rescale, folded into the p.v kernel's first load). */
+INLINE __m256 load_scaled(const float *o, const float *alpha, int i)
+{
+  return alpha ? _mm256_mul_ps(_mm256_broadcast_ss(alpha + i), _mm256_load_ps(o)) : _mm256_load_ps(o);
+}
+
+/* O[MR][8*cv0 .. +8*NVV] = alpha O + P[MR][:kt] . V[:kt][...], P[i][j] at
+ * P[i * pr + j * pj]; `tail` real values in the last vector of v when
+ * that vector is the row's last (tail < 8), else 8. */
+INLINE void pv_kernel(const int MR, const int NVV, long kt, const float *P, long pr, long pj, float *O, long cp,
+                      const float *alpha, const float *v, long v_stride, long cv0, long tail)
+{
+  __m256 acc[6][2];
+  const __m256i tm = lanes8(tail);
+  long j;
+  int i, u;
+  for (i = 0; i < MR; i++)
+    for (u = 0; u < NVV; u++) acc[i][u] = load_scaled(O + i * cp + (cv0 + u) * 8, alpha, i);
+  for (j = 0; j < kt; j++) {
+    const float *vr = v + j * v_stride + cv0 * 8;
+    __m256 b[2];
+    for (u = 0; u < NVV; u++)
+      b[u] = (u == NVV - 1 && tail < 8) ? _mm256_maskload_ps(vr + u * 8, tm) : _mm256_loadu_ps(vr + u * 8);
+    for (i = 0; i < MR; i++) {
+      const __m256 p = _mm256_broadcast_ss(P + i * pr + j * pj);
+      for (u = 0; u < NVV; u++) acc[i][u] = _mm256_fmadd_ps(p, b[u], acc[i][u]);
+    }
+  }
+  for (i = 0; i < MR; i++)
+    for (u = 0; u < NVV; u++) _mm256_store_ps(O + i * cp + (cv0 + u) * 8, acc[i][u]);
+}
+
+/* O[rows][:c] = alpha O + P[rows][:kt] . V[:kt][:c] in register blocks of
+ * 6 rows x 16 values. */
+static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *alpha,
+                   const float *v, long v_stride, long nv, long tail)
+{
+  long r0, cv0;
+  for (r0 = 0; r0 < rows; r0 += 6) {
+    const float *Pr = P + r0 * pr, *Ar = alpha ? alpha + r0 : NULL;
+    float *Or = O + r0 * cp;
+    for (cv0 = 0; cv0 < nv; cv0 += 2) {
+      const long nvv = nv - cv0 < 2 ? nv - cv0 : 2, tl = cv0 + nvv == nv ? tail : 8;
+#define PV_ROWS(NVV)                                                                    \
+  switch (rows - r0 < 6 ? rows - r0 : 6) {                                              \
+  case 6: pv_kernel(6, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
+  case 5: pv_kernel(5, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
+  case 4: pv_kernel(4, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
+  case 3: pv_kernel(3, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
+  case 2: pv_kernel(2, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
+  default: pv_kernel(1, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;  \
+  }
+      if (nvv == 2) { PV_ROWS(2) } else { PV_ROWS(1) }
+#undef PV_ROWS
+    }
+  }
+}
+
+/* Ask for rows [j0, j1) of a (rows stride floats apart, c floats each):
+ * keys and values of the next tile while this one is computed. */
+static void prefetch_rows(const float *a, long stride, long j0, long j1, long c)
+{
+  long j, d;
+  for (j = j0; j < j1; j++)
+    for (d = 0; d < c; d += 16) _mm_prefetch((const char *)(a + j * stride + d), _MM_HINT_T0);
+}
+
+/* dst[0..c) = s * src[0..c) (src padded to whole vectors). */
+static void store_row(float *dst, const float *src, long c, float s)
+{
+  const __m256 sv = _mm256_set1_ps(s);
+  long d;
+  for (d = 0; d + 8 <= c; d += 8) _mm256_storeu_ps(dst + d, _mm256_mul_ps(sv, _mm256_load_ps(src + d)));
+  for (; d < c; d++) dst[d] = s * src[d];
+}
+
+/* The tile's rows out of the work buffer: normalised by the softmax sum,
+ * or (a key split) unnormalised with the running max and sum; a row that
+ * saw no key gets the empty-row rule. */
+static void finish_rows(const attnc_tile *t, const float *O, long cp, float *M, const float *L)
+{
+  long r;
+  /* a row whose NaN score the max dropped has a NaN sum: it saw a key */
+  for (r = 0; r < t->rows; r++)
+    if (M[r] == -INFINITY && L[r] != 0) M[r] = NAN;
+  for (r = 0; r < t->rows; r++) {
+    float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
+    if (t->m_out) {
+      t->m_out[r] = M[r];
+      t->l_out[r] = L[r];
+      store_row(o, O + r * cp, t->c, 1.0f);
+    } else if (M[r] != -INFINITY) { /* saw a key: normalise (a NaN stays NaN) */
+      store_row(o, O + r * cp, t->c, 1.0f / L[r]);
+    } else {
+      attnc_prims_empty_row(t, r, o);
+    }
+  }
+}
+
+static void attend_rows(const attnc_tile *t)
+{
+  const long rows = t->rows, c = t->c, cp = round8(c), nv = cp / 8, r8 = round8(rows), nrv = r8 / 8;
+  float *O = t->work, *QT = O + r8 * cp, *ST = QT + cp * r8, *M = ST + KT * r8, *L = M + r8, *A = L + r8;
+  int *LO = (int *)(A + r8), *HI = LO + r8, *BO = HI + r8;
+  float *MX = (float *)(BO + r8); /* the column max of the scores, from the q.k kernel */
+  const long tail = c - (nv - 1) * 8;
+  const __m256 ninf = _mm256_set1_ps(-INFINITY), nan = _mm256_set1_ps(NAN), zero = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi32(-1);
+  const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
+  long r, d, rv, j, j0, jmin = t->k_end, jmax = t->k_begin - 1, lo_max = t->k_begin, hi_min = t->k_end - 1;
+
+  for (r = 0; r < r8; r++) {
+    long lo = 1, hi = 0; /* padding lanes see no key */
+    if (r < rows) {
+      memset(O + r * cp, 0, sizeof(float) * cp);
+      attnc_prims_row_range(t, r, &lo, &hi);
+      if (lo <= hi) {
+        if (lo < jmin) jmin = lo;
+        if (hi > jmax) jmax = hi;
+      }
+      if (lo > lo_max) lo_max = lo;
+      if (hi < hi_min) hi_min = hi;
+      if (t->bias) BO[r] = (int)((r % t->q_group) * t->bias_h + (r / t->q_group) * t->bias_i);
+    } else if (t->bias) {
+      BO[r] = 0;
+    }
+    LO[r] = (int)lo;
+    HI[r] = (int)hi;
+    M[r] = -INFINITY;
+    L[r] = 0;
+  }
+
+  const int pf = t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
+  if (pf && jmin <= jmax) { /* the first key tile, while the queries are transposed */
+    const long j1 = jmax + 1 < jmin + KT ? jmax + 1 : jmin + KT;
+    prefetch_rows(t->k, t->k_stride, jmin, j1, c);
+    prefetch_rows(t->v, t->v_stride, jmin, j1, c);
+  }
+  /* 3. scale, 2. split heads: QT[d][r] = scale * q[r][d], 8 x 8 blocks
+   * transposed in registers (padding rows are 0) */
+  for (rv = 0; rv < nrv; rv++)
+    for (d = 0; d < c; d += 8) {
+      const long nd = c - d < 8 ? c - d : 8;
+      const __m256 sc = _mm256_set1_ps(t->scale);
+      __m256 x[8];
+      int u;
+      for (u = 0; u < 8; u++) {
+        r = rv * 8 + u;
+        x[u] = r < rows ? _mm256_mul_ps(sc, load_n(t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride + d, nd))
+                        : zero;
+      }
+      transpose8(x);
+      for (u = 0; u < nd; u++) _mm256_store_ps(QT + (d + u) * r8 + rv * 8, x[u]);
+    }
+
+  /* 5. bias: one contiguous along the keys goes in by 8x8 transposes; one
+   * contiguous along the query rows with the scores, 8 rows of one key a
+   * vector; any other through a gather */
+  const int bias_rows = t->bias && t->bias_j == 1;
+  const int bias_cols = t->bias && !bias_rows && t->bias_i == 1 && t->q_group == 1;
+  for (j0 = jmin; j0 <= jmax; j0 += KT) {
+    const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
+    /* every row sees every key of this tile: no per-lane range test */
+    const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
+    if (pf && j0 + KT <= jmax) {
+      const long j1 = jmax + 1 < j0 + 2 * KT ? jmax + 1 : j0 + 2 * KT;
+      prefetch_rows(t->k, t->k_stride, j0 + KT, j1, c);
+      prefetch_rows(t->v, t->v_stride, j0 + KT, j1, c);
+    }
+    /* 4. scores (5. plus a bias laid out like them) */
+    qkT_tile(nrv, kt, c, QT, r8, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
+             bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows);
+    for (rv = 0; rv < nrv; rv++) {
+      float *st = ST + rv * 8;
+      const __m256i lov = _mm256_load_si256((const __m256i *)(LO + rv * 8)), hiv = _mm256_load_si256((const __m256i *)(HI + rv * 8));
+      const __m256i bov = t->bias ? _mm256_load_si256((const __m256i *)(BO + rv * 8)) : _mm256_setzero_si256();
+      __m256 mx = ninf, m_old = _mm256_load_ps(M + rv * 8), m_new, m_sub, alpha, sum = zero;
+      /* 5. bias, 6. mask: masked scores become -inf; then the column max.
+       * max_ps may drop a NaN score, but its p is NaN all the same, so the
+       * row's sum and output turn NaN */
+      __m256 bmx = ninf;
+      if (bias_rows) bmx = add_bias_rows(bias0, BO, rv, j0, kt, st, r8);
+      if (all_visible && !t->mask && (!t->bias || bias_cols)) {
+        mx = _mm256_load_ps(MX + rv * 8); /* taken by the q.k kernel (which added a bias_cols bias) */
+      } else if (all_visible && !t->mask && bias_rows) {
+        mx = bmx; /* taken as the bias went in */
+      } else {
+        for (j = 0; j < kt; j++) {
+          __m256 sv = _mm256_load_ps(st + j * r8);
+          __m256i bad = _mm256_setzero_si256(); /* lanes that may not see key j0 + j */
+          if (!all_visible) {
+            const __m256i jv = _mm256_set1_epi32((int)(j0 + j));
+            bad = _mm256_or_si256(_mm256_cmpgt_epi32(lov, jv), _mm256_cmpgt_epi32(jv, hiv));
+          }
+          if (t->mask && !t->mask[(j0 + j) * t->mask_j]) bad = ones;
+          if (t->bias && !bias_rows && !bias_cols && !_mm256_testc_si256(bad, ones)) {
+            const __m256 ok = _mm256_castsi256_ps(_mm256_xor_si256(bad, ones));
+            sv = _mm256_add_ps(sv, _mm256_mask_i32gather_ps(zero, bias0 + (j0 + j) * t->bias_j, bov, ok, 4));
+          }
+          sv = _mm256_blendv_ps(sv, ninf, _mm256_castsi256_ps(bad));
+          _mm256_store_ps(st + j * r8, sv);
+          mx = _mm256_max_ps(mx, sv);
+        }
+      }
+      /* 7. softmax, online: the running max grows to m_new; rows that have
+       * seen no key yet keep -inf (and subtract 0, so their p are 0) */
+      m_new = _mm256_blendv_ps(_mm256_max_ps(m_old, mx), nan, _mm256_cmp_ps(m_old, m_old, _CMP_UNORD_Q));
+      m_sub = _mm256_blendv_ps(m_new, zero, _mm256_cmp_ps(m_new, ninf, _CMP_EQ_OQ));
+      alpha = exp256_neg(_mm256_sub_ps(m_old, m_sub));
+      for (j = 0; j < kt; j++) {
+        const __m256 p = exp256_neg(_mm256_sub_ps(_mm256_load_ps(st + j * r8), m_sub));
+        _mm256_store_ps(st + j * r8, p);
+        sum = _mm256_add_ps(sum, p);
+      }
+      _mm256_store_ps(L + rv * 8, _mm256_fmadd_ps(_mm256_load_ps(L + rv * 8), alpha, sum));
+      _mm256_store_ps(M + rv * 8, m_new);
+      _mm256_store_ps(A + rv * 8, alpha); /* rows whose max grew rescale what they have summed so far */
+    }
+    /* 8. weighted sum: O = alpha O + P V, P[r][j] = ST[j][r] */
+    pv_all(rows, kt, ST, 1, r8, O, cp, A, t->v + j0 * t->v_stride, t->v_stride, nv, tail);
+  }
+
+  finish_rows(t, O, cp, M, L);
+}
+
+/* attend_rows keeps key positions and bias offsets in 32-bit lanes */
+static int fits_lanes(const attnc_tile *t)
+{
+  const long big = 0x7fffffffL;
+  if (t->k_end >= big) return 0;
+  if (t->bias && (t->q_group * t->bias_h + (t->rows / t->q_group + 1) * t->bias_i >= big)) return 0;
+  return 1;
+}
+
+void attnc_prims_attend_avx2(const attnc_tile *t)
+{
+  if (fits_lanes(t)) attend_rows(t);
+  else attnc_prims_attend_generic(t);
+}
+
+void attnc_prims_sigmoid_mul_avx2(const float *g, float *o, long n)
+{
+  const __m256 one = _mm256_set1_ps(1.0f), hi = _mm256_set1_ps(88.3f);
+  long i;
+  for (i = 0; i + 8 <= n; i += 8) {
+    /* e^-g, clamped where float overflows: sigmoid is 0 there all the same */
+    const __m256 e = exp256_neg(_mm256_min_ps(hi, _mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(g + i))));
+    _mm256_storeu_ps(o + i, _mm256_div_ps(_mm256_loadu_ps(o + i), _mm256_add_ps(one, e)));
+  }
+  for (; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
