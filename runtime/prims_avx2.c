@@ -24,6 +24,12 @@ static __m256i lanes8(long n)
   return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n > 8 ? 8 : n)), iota);
 }
 
+/* n floats from p (n in 1..8), the rest 0; nothing past p[n-1] is read. */
+static __m256 load_n(const float *p, long n)
+{
+  return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes8(n));
+}
+
 /* e^x for x <= 88.3 (the softmax's x <= 0); exactly 0 below -87.3 (and
  * for -inf); NaN stays NaN.  2^n is built in the exponent bits, which
  * holds for the n in [-126, 127] that this range gives. */
@@ -194,6 +200,69 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r8, const 
   }
 }
 
+/* The sums of a[0..7], each across its lanes, as one vector. */
+INLINE __m256 hsum8(const __m256 *a)
+{
+  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* NK keys x MR rows of dot products along c (NK * MR <= 8), ST[j][r]:
+ * each key vector is loaded once for all rows, and the 8 accumulators
+ * are reduced together.  Q is row-major, rows cp apart, zero past c. */
+INLINE void qkd_kernel(const int MR, const int NK, long nv, long tail, const float *Q, long cp, const float *k,
+                       long k_stride, float *ST)
+{
+  __m256 acc[8];
+  const __m256i tm = lanes8(tail);
+  float sums[8];
+  long v;
+  int a, kk, r;
+  for (a = 0; a < 8; a++) acc[a] = _mm256_setzero_ps();
+  for (v = 0; v < nv; v++)
+    for (kk = 0; kk < NK; kk++) {
+      const float *kr = k + kk * k_stride + v * 8;
+      const __m256 kv = (v == nv - 1 && tail < 8) ? _mm256_maskload_ps(kr, tm) : _mm256_loadu_ps(kr);
+      for (r = 0; r < MR; r++) acc[kk * MR + r] = _mm256_fmadd_ps(_mm256_load_ps(Q + r * cp + v * 8), kv, acc[kk * MR + r]);
+    }
+  _mm256_storeu_ps(sums, hsum8(acc));
+  for (kk = 0; kk < NK; kk++)
+    for (r = 0; r < MR; r++) ST[kk * 8 + r] = sums[kk * MR + r];
+}
+
+/* Few rows (decoding, rows <= 8): ST[j][r], MX and the bias BT as
+ * qkT_tile gives them, from dot products; padding lanes score 0. */
+static void qkd_tile(long rows, long kt, long nv, long tail, const float *Q, long cp, const float *k, long k_stride,
+                     float *ST, float *MX, const float *BT, long bt_j)
+{
+  const long nk = 8 / rows;
+  const __m256 live = _mm256_castsi256_ps(lanes8(rows));
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  long jj, j;
+  for (jj = 0; jj < kt;) {
+    const long n = kt - jj >= nk ? nk : 1;
+    const float *kj = k + jj * k_stride;
+    float *st = ST + jj * 8;
+#define QKD_CASE(R) \
+  case R: if (n == 1) qkd_kernel(R, 1, nv, tail, Q, cp, kj, k_stride, st); else qkd_kernel(R, 8 / R, nv, tail, Q, cp, kj, k_stride, st); break;
+    switch (rows) {
+    QKD_CASE(1) QKD_CASE(2) QKD_CASE(3) QKD_CASE(4) QKD_CASE(5) QKD_CASE(6) QKD_CASE(7)
+    default: qkd_kernel(8, 1, nv, tail, Q, cp, kj, k_stride, st); break;
+    }
+#undef QKD_CASE
+    jj += n;
+  }
+  for (j = 0; j < kt; j++) {
+    __m256 sv = _mm256_and_ps(_mm256_load_ps(ST + j * 8), live);
+    if (BT) sv = _mm256_add_ps(sv, load_n(BT + j * bt_j, rows));
+    _mm256_store_ps(ST + j * 8, sv);
+    mx = _mm256_max_ps(mx, sv);
+  }
+  _mm256_store_ps(MX, mx);
+}
+
 /* r[0..7] (8 floats each) -> its transpose, in registers. */
 INLINE void transpose8(__m256 *r)
 {
@@ -213,12 +282,6 @@ INLINE void transpose8(__m256 *r)
     r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
     r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
   }
-}
-
-/* n floats from p (n in 1..8), the rest 0; nothing past p[n-1] is read. */
-static __m256 load_n(const float *p, long n)
-{
-  return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes8(n));
 }
 
 /* ST[j][8 rows of rv] += bias of those rows at keys j0 + j, j < kt, for a
@@ -354,6 +417,9 @@ static void attend_rows(const attnc_tile *t)
   const __m256 ninf = _mm256_set1_ps(-INFINITY), nan = _mm256_set1_ps(NAN), zero = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi32(-1);
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
+  /* up to 8 rows (decoding): q.k as dot products, each key loaded once
+   * for all rows, instead of one broadcast per element */
+  const int few = rows <= 8;
   long r, d, rv, j, j0, jmin = t->k_end, jmax = t->k_begin - 1, lo_max = t->k_begin, hi_min = t->k_end - 1;
 
   for (r = 0; r < r8; r++) {
@@ -396,6 +462,10 @@ static void attend_rows(const attnc_tile *t)
         x[u] = r < rows ? _mm256_mul_ps(sc, load_n(t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride + d, nd))
                         : zero;
       }
+      if (few) { /* the dot-product q.k keeps q's rows: Q[r][d] in QT's place */
+        for (u = 0; u < 8; u++) _mm256_store_ps(QT + u * cp + d, x[u]);
+        continue;
+      }
       transpose8(x);
       for (u = 0; u < nd; u++) _mm256_store_ps(QT + (d + u) * r8 + rv * 8, x[u]);
     }
@@ -415,8 +485,12 @@ static void attend_rows(const attnc_tile *t)
       prefetch_rows(t->v, t->v_stride, j0 + KT, j1, c);
     }
     /* 4. scores (5. plus a bias laid out like them) */
-    qkT_tile(nrv, kt, c, QT, r8, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-             bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows);
+    if (few)
+      qkd_tile(rows, kt, nv, tail, QT, cp, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
+               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j);
+    else
+      qkT_tile(nrv, kt, c, QT, r8, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
+               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows);
     for (rv = 0; rv < nrv; rv++) {
       float *st = ST + rv * 8;
       const __m256i lov = _mm256_load_si256((const __m256i *)(LO + rv * 8)), hiv = _mm256_load_si256((const __m256i *)(HI + rv * 8));
