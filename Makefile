@@ -131,7 +131,7 @@ check-asan:
 # check-valgrind: memcheck (leaks count as errors) on a representative
 # subset: the runtime and safetensors tests, 1000 compile/run/release cycles
 # of the stress test, and the CLI on good and bad input.  Valgrind has no
-# AVX-512: it hides it from CPUID (the portable primitives run) and the cc
+# AVX-512: it hides it from CPUID (the AVX2 primitives run) and the cc
 # backend builds for x86-64-v3.
 VG_SPEC  := specs/gpt_decoder.attn
 VG_CASE  := mha_named_symbol
