@@ -57,6 +57,36 @@ INLINE __m256 exp256_neg(__m256 x)
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+/* The attention works in base 2: scores are scaled by log2(e) as the
+ * queries are (and biases as they are added), so each probability is
+ * 2^(s - m), which needs no multiplication by log2(e) and no two-part
+ * reduction by ln 2: four fewer multiply-adds per vector than e^x. */
+#define LOG2E 1.44269504088896341f
+#define LN2 0.693147180559945309f
+
+/* 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -126 (and for
+ * -inf); NaN stays NaN.  n = x rounded by adding 1.5 * 2^23, whose low
+ * mantissa bits then hold n; 2^r on |r| <= 1/2 by a degree-5 polynomial
+ * fitted to relative error (2.3e-7 at most, evaluated in float). */
+INLINE __m256 exp2_neg(__m256 x)
+{
+  const __m256 lo = _mm256_set1_ps(-126.0f), magic = _mm256_set1_ps(12582912.0f);
+  const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  __m256 nf, r, p;
+  x = _mm256_max_ps(lo, x); /* NaN in x passes through */
+  nf = _mm256_add_ps(x, magic);
+  r = _mm256_sub_ps(x, _mm256_sub_ps(nf, magic));
+  p = _mm256_set1_ps(1.3276470126584172e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.675540961325169e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.550713464617729e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.4022120237350464e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931469440460205e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0000001192092896f));
+  /* 2^n: (n + 127) << 23; the magic number's own bits shift out */
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(nf), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
 /* ---- linear: y = x W^T + b with W packed in panels of 32 outputs ---- */
 
 /* An MR x 16 block of y (half a panel) over kc inputs: 2*MR accumulators.
@@ -134,7 +164,8 @@ void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in
  * ST[j][r] (8 rows per vector), so q.k broadcasts k[j][d] against 8 rows
  * of the scaled, transposed queries QT[d][r]; the online softmax runs
  * down the columns with the row max, sum and rescale factor as vectors;
- * p.v broadcasts p[r][j] = ST[j][r] against rows of v. */
+ * p.v broadcasts p[r][j] = ST[j][r] against rows of v.  Scores, biases
+ * and the running max are in base-2 units (times log2 e; see exp2_neg). */
 
 /* ST[j][8u ..] for NJ keys x NQ row vectors, plus BT[j * bt_j + 8u ..]
  * when there is a bias laid out like the scores (its lanes past `live`
@@ -144,6 +175,7 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
                        float *ST, float *MX, const float *BT, long bt_j, long live)
 {
   __m256 acc[4][3];
+  const __m256 log2e = _mm256_set1_ps(LOG2E);
   long d;
   int j, u;
   for (j = 0; j < NJ; j++)
@@ -162,7 +194,7 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
     for (j = 0; j < NJ; j++) {
       if (BT) {
         const float *bt = BT + j * bt_j + u * 8;
-        acc[j][u] = _mm256_add_ps(acc[j][u], nl >= 8 ? _mm256_loadu_ps(bt) : _mm256_maskload_ps(bt, lanes8(nl)));
+        acc[j][u] = _mm256_fmadd_ps(nl >= 8 ? _mm256_loadu_ps(bt) : _mm256_maskload_ps(bt, lanes8(nl)), log2e, acc[j][u]);
       }
       _mm256_store_ps(ST + j * r8 + u * 8, acc[j][u]);
       m = _mm256_max_ps(m, acc[j][u]);
@@ -256,7 +288,7 @@ static void qkd_tile(long rows, long kt, long nv, long tail, const float *Q, lon
   }
   for (j = 0; j < kt; j++) {
     __m256 sv = _mm256_and_ps(_mm256_load_ps(ST + j * 8), live);
-    if (BT) sv = _mm256_add_ps(sv, load_n(BT + j * bt_j, rows));
+    if (BT) sv = _mm256_fmadd_ps(load_n(BT + j * bt_j, rows), _mm256_set1_ps(LOG2E), sv);
     _mm256_store_ps(ST + j * 8, sv);
     mx = _mm256_max_ps(mx, sv);
   }
@@ -299,7 +331,7 @@ static __m256 add_bias_rows(const float *bias0, const int *BO, long rv, long j0,
     transpose8(r);
     for (x = 0; x < nk; x++) {
       float *p = st + (jb + x) * r8;
-      const __m256 sv = _mm256_add_ps(_mm256_load_ps(p), r[x]);
+      const __m256 sv = _mm256_fmadd_ps(r[x], _mm256_set1_ps(LOG2E), _mm256_load_ps(p));
       _mm256_store_ps(p, sv);
       mx = _mm256_max_ps(mx, sv);
     }
@@ -396,7 +428,7 @@ static void finish_rows(const attnc_tile *t, const float *O, long cp, float *M, 
   for (r = 0; r < t->rows; r++) {
     float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
     if (t->m_out) {
-      t->m_out[r] = M[r];
+      t->m_out[r] = M[r] * LN2; /* the combine works in base e */
       t->l_out[r] = L[r];
       store_row(o, O + r * cp, t->c, 1.0f);
     } else if (M[r] != -INFINITY) { /* saw a key: normalise (a NaN stays NaN) */
@@ -454,7 +486,7 @@ static void attend_rows(const attnc_tile *t)
   for (rv = 0; rv < nrv; rv++)
     for (d = 0; d < c; d += 8) {
       const long nd = c - d < 8 ? c - d : 8;
-      const __m256 sc = _mm256_set1_ps(t->scale);
+      const __m256 sc = _mm256_set1_ps(t->scale * LOG2E);
       __m256 x[8];
       int u;
       for (u = 0; u < 8; u++) {
@@ -516,7 +548,7 @@ static void attend_rows(const attnc_tile *t)
           if (t->mask && !t->mask[(j0 + j) * t->mask_j]) bad = ones;
           if (t->bias && !bias_rows && !bias_cols && !_mm256_testc_si256(bad, ones)) {
             const __m256 ok = _mm256_castsi256_ps(_mm256_xor_si256(bad, ones));
-            sv = _mm256_add_ps(sv, _mm256_mask_i32gather_ps(zero, bias0 + (j0 + j) * t->bias_j, bov, ok, 4));
+            sv = _mm256_fmadd_ps(_mm256_mask_i32gather_ps(zero, bias0 + (j0 + j) * t->bias_j, bov, ok, 4), _mm256_set1_ps(LOG2E), sv);
           }
           sv = _mm256_blendv_ps(sv, ninf, _mm256_castsi256_ps(bad));
           _mm256_store_ps(st + j * r8, sv);
@@ -527,9 +559,9 @@ static void attend_rows(const attnc_tile *t)
        * seen no key yet keep -inf (and subtract 0, so their p are 0) */
       m_new = _mm256_blendv_ps(_mm256_max_ps(m_old, mx), nan, _mm256_cmp_ps(m_old, m_old, _CMP_UNORD_Q));
       m_sub = _mm256_blendv_ps(m_new, zero, _mm256_cmp_ps(m_new, ninf, _CMP_EQ_OQ));
-      alpha = exp256_neg(_mm256_sub_ps(m_old, m_sub));
+      alpha = exp2_neg(_mm256_sub_ps(m_old, m_sub));
       for (j = 0; j < kt; j++) {
-        const __m256 p = exp256_neg(_mm256_sub_ps(_mm256_load_ps(st + j * r8), m_sub));
+        const __m256 p = exp2_neg(_mm256_sub_ps(_mm256_load_ps(st + j * r8), m_sub));
         _mm256_store_ps(st + j * r8, p);
         sum = _mm256_add_ps(sum, p);
       }
