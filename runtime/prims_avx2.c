@@ -215,6 +215,14 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r8, const 
       const float *qt = QT + rv0 * 8, *kb = k + jb * k_stride, *bt = BT ? BT + jb * bt_j + rv0 * 8 : NULL;
       float *st = ST + jb * r8 + rv0 * 8, *mx = MX + rv0 * 8;
       const long live = rows - rv0 * 8;
+      if (BT && jb + 8 < kt) { /* the bias two key blocks ahead: a shared bias comes from L3 */
+        const float *bn = BT + (jb + 8) * bt_j + rv0 * 8;
+        int x;
+        for (x = 0; x < 4; x++) {
+          _mm_prefetch((const char *)(bn + x * bt_j), _MM_HINT_T0);
+          _mm_prefetch((const char *)(bn + x * bt_j + nr * 8 - 1), _MM_HINT_T0);
+        }
+      }
 #define QK_NQ(NJ)                                                                      \
   switch (nr) {                                                                        \
   case 3: qkT_kernel(NJ, 3, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live); break;   \
