@@ -15,17 +15,37 @@ long attnc_prims_pack_size(long n_out, long n_in)
   return panels * ATTNC_PACK_NR * n_in;
 }
 
+/* Panels of ATTNC_PACK_NR outputs; inside a panel, for each input k,
+ * `width` outputs side by side, and ATTNC_PACK_NR / width such strips one
+ * after the other (width 32: one strip; 16: two halves of n_in rows). */
+static void pack_strips(const float *w, long n_out, long n_in, long width, float *packed)
+{
+  long p, s, k, j, panels = (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR;
+  for (p = 0; p < panels; p++)
+    for (s = 0; s < ATTNC_PACK_NR / width; s++) {
+      float *dst = packed + p * ATTNC_PACK_NR * n_in + s * width * n_in;
+      for (k = 0; k < n_in; k++)
+        for (j = 0; j < width; j++) {
+          long n = p * ATTNC_PACK_NR + s * width + j;
+          dst[k * width + j] = n < n_out ? w[n * n_in + k] : 0.0f;
+        }
+    }
+}
+
+void attnc_prims_pack32(const float *w, long n_out, long n_in, float *packed)
+{
+  pack_strips(w, n_out, n_in, ATTNC_PACK_NR, packed);
+}
+
+void attnc_prims_pack16(const float *w, long n_out, long n_in, float *packed)
+{
+  pack_strips(w, n_out, n_in, 16, packed);
+}
+
 void attnc_prims_pack(const float *w, long n_out, long n_in, float *packed)
 {
-  long p, k, j, panels = (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR;
-  for (p = 0; p < panels; p++) {
-    float *dst = packed + p * ATTNC_PACK_NR * n_in;
-    for (k = 0; k < n_in; k++)
-      for (j = 0; j < ATTNC_PACK_NR; j++) {
-        long n = p * ATTNC_PACK_NR + j;
-        dst[k * ATTNC_PACK_NR + j] = n < n_out ? w[n * n_in + k] : 0.0f;
-      }
-  }
+  if (attnc_prims_get()->linear == attnc_prims_linear_avx2) attnc_prims_pack16(w, n_out, n_in, packed);
+  else attnc_prims_pack32(w, n_out, n_in, packed);
 }
 
 void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,

@@ -14,9 +14,17 @@
 const attnc_prims *attnc_prims_get(void);
 /* Floats needed to pack an (n_out, n_in) weight. */
 long attnc_prims_pack_size(long n_out, long n_in);
-/* Pack W (n_out, n_in) into panels of ATTNC_PACK_NR outputs: panel p holds,
- * for each k, W[p*NR + 0..NR-1][k] contiguously (zero padded). */
+/* Pack W (n_out, n_in) for this CPU's linear (attnc_prims_get()): panels of
+ * ATTNC_PACK_NR outputs, panel p at p*NR*n_in (zero padded), laid out as
+ * pack32 or pack16 says. */
 void attnc_prims_pack(const float *w, long n_out, long n_in, float *packed);
+/* The generic and AVX-512 layout: panel p holds, for each k,
+ * W[p*NR + 0..NR-1][k] contiguously. */
+void attnc_prims_pack32(const float *w, long n_out, long n_in, float *packed);
+/* The AVX2 layout: panel p holds two halves of 16 outputs one after the
+ * other, each with W[p*NR + h*16 + 0..15][k] contiguously for each k, so
+ * a 16-wide register block streams one contiguous half. */
+void attnc_prims_pack16(const float *w, long n_out, long n_in, float *packed);
 
 /* shared by the implementations */
 void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,

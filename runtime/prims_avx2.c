@@ -87,7 +87,7 @@ INLINE __m256 exp2_neg(__m256 x)
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-/* ---- linear: y = x W^T + b with W packed in panels of 32 outputs ---- */
+/* ---- linear: y = x W^T + b with W packed by attnc_prims_pack16 ---- */
 
 /* An MR x 16 block of y (half a panel) over kc inputs: 2*MR accumulators.
  * nv: how many of the 16 columns are real (a tail panel has fewer). */
@@ -102,7 +102,7 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
     acc1[i] = _mm256_setzero_ps();
   }
   for (k = 0; k < kc; k++) {
-    const __m256 b0 = _mm256_loadu_ps(bp + k * NR), b1 = _mm256_loadu_ps(bp + k * NR + 8);
+    const __m256 b0 = _mm256_loadu_ps(bp + k * 16), b1 = _mm256_loadu_ps(bp + k * 16 + 8);
     for (i = 0; i < MR; i++) {
       const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
       acc0[i] = _mm256_fmadd_ps(ai, b0, acc0[i]);
@@ -138,7 +138,7 @@ void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in
     int first = k0 == 0;
     for (p = 0; p < panels; p++)
       for (h = 0; h < NR; h += 16) {
-        const float *bp = packed + p * NR * n_in + k0 * NR + h;
+        const float *bp = packed + p * NR * n_in + h * n_in + k0 * 16; /* pack16: half h / 16 of panel p */
         const long nv = n_out - p * NR - h;
         const float *bias = b ? b + p * NR + h : NULL;
         if (nv <= 0) break;

@@ -40,8 +40,9 @@ static int have_avx2(void)
 }
 
 typedef void (*linear_fn)(const float *, long, long, long, const float *, long, const float *, float *, long);
+typedef void (*pack_fn)(const float *, long, long, float *);
 
-static int check_linear(linear_fn f, long rows, long n_in, long n_out, int bias)
+static int check_linear(linear_fn f, pack_fn pack, long rows, long n_in, long n_out, int bias)
 {
   float *x = malloc(sizeof(float) * rows * (n_in + 3)), *w = malloc(sizeof(float) * n_out * n_in);
   float *b = malloc(sizeof(float) * n_out), *y = malloc(sizeof(float) * rows * (n_out + 5));
@@ -52,7 +53,7 @@ static int check_linear(linear_fn f, long rows, long n_in, long n_out, int bias)
   for (r = 0; r < n_out * n_in; r++) w[r] = frand();
   for (r = 0; r < n_out; r++) b[r] = frand();
   for (r = 0; r < rows * ys; r++) y[r] = 12345.0f; /* the gaps between rows must survive */
-  attnc_prims_pack(w, n_out, n_in, p);
+  pack(w, n_out, n_in, p);
   f(x, rows, xs, n_in, p, n_out, bias ? b : NULL, y, ys);
   for (r = 0; r < rows; r++) {
     for (n = 0; n < n_out; n++) {
@@ -81,9 +82,11 @@ static void test_prims_linear(void **state)
   (void)state;
   for (i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
     for (b = 0; b < 2; b++) {
-      fails += !check_linear(attnc_prims_linear_generic, shapes[i][0], shapes[i][1], shapes[i][2], b);
-      if (have_avx512()) fails += !check_linear(attnc_prims_linear_avx512, shapes[i][0], shapes[i][1], shapes[i][2], b);
-      if (have_avx2()) fails += !check_linear(attnc_prims_linear_avx2, shapes[i][0], shapes[i][1], shapes[i][2], b);
+      fails += !check_linear(attnc_prims_linear_generic, attnc_prims_pack32, shapes[i][0], shapes[i][1], shapes[i][2], b);
+      if (have_avx512()) fails += !check_linear(attnc_prims_linear_avx512, attnc_prims_pack32, shapes[i][0], shapes[i][1], shapes[i][2], b);
+      if (have_avx2()) fails += !check_linear(attnc_prims_linear_avx2, attnc_prims_pack16, shapes[i][0], shapes[i][1], shapes[i][2], b);
+      /* and the table's pair, as the runtime binds weights */
+      fails += !check_linear(attnc_prims_get()->linear, attnc_prims_pack, shapes[i][0], shapes[i][1], shapes[i][2], b);
     }
   if (!have_avx512()) printf("SKIP avx512 linear: this CPU has no AVX-512 (generic checked)\n");
   if (!have_avx2()) printf("SKIP avx2 linear: this CPU has no AVX2 and FMA (generic checked)\n");
