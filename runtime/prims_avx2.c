@@ -275,7 +275,7 @@ INLINE void qkd_kernel(const int MR, const int NK, long nv, long tail, const flo
 /* Few rows (decoding, rows <= 8): ST[j][r], MX and the bias BT as
  * qkT_tile gives them, from dot products; padding lanes score 0. */
 static void qkd_tile(long rows, long kt, long nv, long tail, const float *Q, long cp, const float *k, long k_stride,
-                     float *ST, float *MX, const float *BT, long bt_j)
+                     float *ST, float *MX, const float *BT, long bt_j, const float *v, long v_stride, long n_next)
 {
   const long nk = 8 / rows;
   const __m256 live = _mm256_castsi256_ps(lanes8(rows));
@@ -285,6 +285,15 @@ static void qkd_tile(long rows, long kt, long nv, long tail, const float *Q, lon
     const long n = kt - jj >= nk ? nk : 1;
     const float *kj = k + jj * k_stride;
     float *st = ST + jj * 8;
+    long x, d;
+    /* the next tile's keys and values, a few at a time between the dot
+     * products (a decode tile does too little work per key to hide the
+     * memory latency, and a burst of prefetches overflows the queues) */
+    for (x = jj; x < jj + n && x < n_next; x++)
+      for (d = 0; d < nv * 8; d += 16) {
+        _mm_prefetch((const char *)(k + (KT + x) * k_stride + d), _MM_HINT_T0);
+        _mm_prefetch((const char *)(v + (KT + x) * v_stride + d), _MM_HINT_T0);
+      }
 #define QKD_CASE(R) \
   case R: if (n == 1) qkd_kernel(R, 1, nv, tail, Q, cp, kj, k_stride, st); else qkd_kernel(R, 8 / R, nv, tail, Q, cp, kj, k_stride, st); break;
     switch (rows) {
@@ -483,7 +492,7 @@ static void attend_rows(const attnc_tile *t)
     L[r] = 0;
   }
 
-  const int pf = t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
+  const int pf = few || t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
   if (pf && jmin <= jmax) { /* the first key tile, while the queries are transposed */
     const long j1 = jmax + 1 < jmin + KT ? jmax + 1 : jmin + KT;
     prefetch_rows(t->k, t->k_stride, jmin, j1, c);
@@ -519,7 +528,7 @@ static void attend_rows(const attnc_tile *t)
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
     /* every row sees every key of this tile: no per-lane range test */
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
-    if (pf && j0 + KT <= jmax) {
+    if (pf && !few && j0 + KT <= jmax) {
       const long j1 = jmax + 1 < j0 + 2 * KT ? jmax + 1 : j0 + 2 * KT;
       prefetch_rows(t->k, t->k_stride, j0 + KT, j1, c);
       prefetch_rows(t->v, t->v_stride, j0 + KT, j1, c);
@@ -527,7 +536,8 @@ static void attend_rows(const attnc_tile *t)
     /* 4. scores (5. plus a bias laid out like them) */
     if (few)
       qkd_tile(rows, kt, nv, tail, QT, cp, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j);
+               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, t->v + j0 * t->v_stride, t->v_stride,
+               jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
     else
       qkT_tile(nrv, kt, c, QT, r8, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
                bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows);
