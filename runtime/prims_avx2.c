@@ -167,6 +167,17 @@ void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in
  * p.v broadcasts p[r][j] = ST[j][r] against rows of v.  Scores, biases
  * and the running max are in base-2 units (times log2 e; see exp2_neg). */
 
+/* Ask for rows [j0, j1) of a (rows stride floats apart, c floats each):
+ * keys and values of the next tile while this one is computed.  The q.k
+ * loops ask for a few rows at a time as they go: a burst of a whole tile
+ * overflows the queues. */
+static void prefetch_rows(const float *a, long stride, long j0, long j1, long c)
+{
+  long j, d;
+  for (j = j0; j < j1; j++)
+    for (d = 0; d < c; d += 16) _mm_prefetch((const char *)(a + j * stride + d), _MM_HINT_T0);
+}
+
 /* ST[j][8u ..] for NJ keys x NQ row vectors, plus BT[j * bt_j + 8u ..]
  * when there is a bias laid out like the scores (its lanes past `live`
  * rows not read); MX[8u ..] = max(MX, these scores).  12 accumulators,
@@ -203,8 +214,25 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
   }
 }
 
+/* The next key tile to prefetch during this one's q.k: n rows of k and v
+ * (n = 0: none). */
+typedef struct { const float *k, *v; long k_stride, v_stride, n, c; } next_tile;
+
+/* Rows [j0, j1) of the next tile's k and v, the lines of one key's k
+ * and v side by side. */
+INLINE void prefetch_next(const next_tile *nx, long j0, long j1)
+{
+  long j, d;
+  if (j1 > nx->n) j1 = nx->n;
+  for (j = j0; j < j1; j++)
+    for (d = 0; d < nx->c; d += 16) {
+      _mm_prefetch((const char *)(nx->k + j * nx->k_stride + d), _MM_HINT_T0);
+      _mm_prefetch((const char *)(nx->v + j * nx->v_stride + d), _MM_HINT_T0);
+    }
+}
+
 static void qkT_tile(long nrv, long kt, long c, const float *QT, long r8, const float *k, long k_stride, float *ST,
-                     float *MX, const float *BT, long bt_j, long rows)
+                     float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
 {
   long rv0, jb;
   for (rv0 = 0; rv0 < r8; rv0 += 8) _mm256_store_ps(MX + rv0, _mm256_set1_ps(-INFINITY));
@@ -215,6 +243,7 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r8, const 
       const float *qt = QT + rv0 * 8, *kb = k + jb * k_stride, *bt = BT ? BT + jb * bt_j + rv0 * 8 : NULL;
       float *st = ST + jb * r8 + rv0 * 8, *mx = MX + rv0 * 8;
       const long live = rows - rv0 * 8;
+      if (rv0 == 0) prefetch_next(nx, jb, jb + 4);
       if (BT && jb + 8 < kt) { /* the bias two key blocks ahead: a shared bias comes from L3 */
         const float *bn = BT + (jb + 8) * bt_j + rv0 * 8;
         int x;
@@ -275,7 +304,7 @@ INLINE void qkd_kernel(const int MR, const int NK, long nv, long tail, const flo
 /* Few rows (decoding, rows <= 8): ST[j][r], MX and the bias BT as
  * qkT_tile gives them, from dot products; padding lanes score 0. */
 static void qkd_tile(long rows, long kt, long nv, long tail, const float *Q, long cp, const float *k, long k_stride,
-                     float *ST, float *MX, const float *BT, long bt_j, const float *v, long v_stride, long n_next)
+                     float *ST, float *MX, const float *BT, long bt_j, const next_tile *nx)
 {
   const long nk = 8 / rows;
   const __m256 live = _mm256_castsi256_ps(lanes8(rows));
@@ -285,15 +314,7 @@ static void qkd_tile(long rows, long kt, long nv, long tail, const float *Q, lon
     const long n = kt - jj >= nk ? nk : 1;
     const float *kj = k + jj * k_stride;
     float *st = ST + jj * 8;
-    long x, d;
-    /* the next tile's keys and values, a few at a time between the dot
-     * products (a decode tile does too little work per key to hide the
-     * memory latency, and a burst of prefetches overflows the queues) */
-    for (x = jj; x < jj + n && x < n_next; x++)
-      for (d = 0; d < nv * 8; d += 16) {
-        _mm_prefetch((const char *)(k + (KT + x) * k_stride + d), _MM_HINT_T0);
-        _mm_prefetch((const char *)(v + (KT + x) * v_stride + d), _MM_HINT_T0);
-      }
+    prefetch_next(nx, jj, jj + n);
 #define QKD_CASE(R) \
   case R: if (n == 1) qkd_kernel(R, 1, nv, tail, Q, cp, kj, k_stride, st); else qkd_kernel(R, 8 / R, nv, tail, Q, cp, kj, k_stride, st); break;
     switch (rows) {
@@ -415,15 +436,6 @@ static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *
   }
 }
 
-/* Ask for rows [j0, j1) of a (rows stride floats apart, c floats each):
- * keys and values of the next tile while this one is computed. */
-static void prefetch_rows(const float *a, long stride, long j0, long j1, long c)
-{
-  long j, d;
-  for (j = j0; j < j1; j++)
-    for (d = 0; d < c; d += 16) _mm_prefetch((const char *)(a + j * stride + d), _MM_HINT_T0);
-}
-
 /* dst[0..c) = s * src[0..c) (src padded to whole vectors). */
 static void store_row(float *dst, const float *src, long c, float s)
 {
@@ -528,19 +540,17 @@ static void attend_rows(const attnc_tile *t)
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
     /* every row sees every key of this tile: no per-lane range test */
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
-    if (pf && !few && j0 + KT <= jmax) {
-      const long j1 = jmax + 1 < j0 + 2 * KT ? jmax + 1 : j0 + 2 * KT;
-      prefetch_rows(t->k, t->k_stride, j0 + KT, j1, c);
-      prefetch_rows(t->v, t->v_stride, j0 + KT, j1, c);
-    }
+    /* the next tile, asked for by the q.k loop as it goes */
+    const long n_next = pf && j0 + KT <= jmax ? (jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT) : 0;
+    const next_tile nx = { n_next ? t->k + (j0 + KT) * t->k_stride : t->k, n_next ? t->v + (j0 + KT) * t->v_stride : t->v,
+                           t->k_stride, t->v_stride, n_next, c };
     /* 4. scores (5. plus a bias laid out like them) */
     if (few)
       qkd_tile(rows, kt, nv, tail, QT, cp, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, t->v + j0 * t->v_stride, t->v_stride,
-               jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
+               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, &nx);
     else
       qkT_tile(nrv, kt, c, QT, r8, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows);
+               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx);
     for (rv = 0; rv < nrv; rv++) {
       float *st = ST + rv * 8;
       const __m256i lov = _mm256_load_si256((const __m256i *)(LO + rv * 8)), hiv = _mm256_load_si256((const __m256i *)(HI + rv * 8));
