@@ -390,7 +390,7 @@ INLINE __m256 load_scaled(const float *o, const float *alpha, int i)
 INLINE void pv_kernel(const int MR, const int NVV, long kt, const float *P, long pr, long pj, float *O, long cp,
                       const float *alpha, const float *v, long v_stride, long cv0, long tail)
 {
-  __m256 acc[6][2];
+  __m256 acc[6][3]; /* MR * NVV <= 12 */
   const __m256i tm = lanes8(tail);
   long j;
   int i, u;
@@ -398,7 +398,7 @@ INLINE void pv_kernel(const int MR, const int NVV, long kt, const float *P, long
     for (u = 0; u < NVV; u++) acc[i][u] = load_scaled(O + i * cp + (cv0 + u) * 8, alpha, i);
   for (j = 0; j < kt; j++) {
     const float *vr = v + j * v_stride + cv0 * 8;
-    __m256 b[2];
+    __m256 b[3];
     for (u = 0; u < NVV; u++)
       b[u] = (u == NVV - 1 && tail < 8) ? _mm256_maskload_ps(vr + u * 8, tm) : _mm256_loadu_ps(vr + u * 8);
     for (i = 0; i < MR; i++) {
@@ -411,7 +411,8 @@ INLINE void pv_kernel(const int MR, const int NVV, long kt, const float *P, long
 }
 
 /* O[rows][:c] = alpha O + P[rows][:kt] . V[:kt][:c] in register blocks of
- * 6 rows x 16 values. */
+ * 6 rows x 16 values, or 4 rows (and fewer) x 24: 12 accumulators either
+ * way, and a decode tile of 4 rows passes over its v rows 6 times, not 8. */
 static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *alpha,
                    const float *v, long v_stride, long nv, long tail)
 {
@@ -419,18 +420,19 @@ static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *
   for (r0 = 0; r0 < rows; r0 += 6) {
     const float *Pr = P + r0 * pr, *Ar = alpha ? alpha + r0 : NULL;
     float *Or = O + r0 * cp;
-    for (cv0 = 0; cv0 < nv; cv0 += 2) {
-      const long nvv = nv - cv0 < 2 ? nv - cv0 : 2, tl = cv0 + nvv == nv ? tail : 8;
+    const long step = rows - r0 <= 4 ? 3 : 2;
+    for (cv0 = 0; cv0 < nv; cv0 += step) {
+      const long nvv = nv - cv0 < step ? nv - cv0 : step, tl = cv0 + nvv == nv ? tail : 8;
 #define PV_ROWS(NVV)                                                                    \
   switch (rows - r0 < 6 ? rows - r0 : 6) {                                              \
-  case 6: pv_kernel(6, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
-  case 5: pv_kernel(5, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
+  case 6: pv_kernel(6, NVV < 3 ? NVV : 2, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break; \
+  case 5: pv_kernel(5, NVV < 3 ? NVV : 2, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break; \
   case 4: pv_kernel(4, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
   case 3: pv_kernel(3, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
   case 2: pv_kernel(2, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;   \
   default: pv_kernel(1, NVV, kt, Pr, pr, pj, Or, cp, Ar, v, v_stride, cv0, tl); break;  \
   }
-      if (nvv == 2) { PV_ROWS(2) } else { PV_ROWS(1) }
+      if (nvv == 3) { PV_ROWS(3) } else if (nvv == 2) { PV_ROWS(2) } else { PV_ROWS(1) }
 #undef PV_ROWS
     }
   }
