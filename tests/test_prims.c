@@ -76,7 +76,7 @@ static int check_linear(linear_fn f, pack_fn pack, long rows, long n_in, long n_
 static void test_prims_linear(void **state)
 {
   /* n_in past 1024 (2049): more than one pass over the inputs, each adding to y */
-  static const long shapes[][3] = { { 1, 1, 1 }, { 5, 7, 3 }, { 12, 64, 32 }, { 13, 300, 33 }, { 25, 513, 64 }, { 96, 256, 100 }, { 14, 2049, 40 }, { 7, 40, 20 } };
+  static const long shapes[][3] = { { 1, 1, 1 }, { 5, 7, 3 }, { 12, 64, 32 }, { 13, 300, 33 }, { 25, 513, 64 }, { 96, 256, 100 }, { 14, 2049, 40 }, { 7, 40, 20 }, { 200, 300, 40 } };
   size_t i;
   int b, fails = 0;
   (void)state;
@@ -90,6 +90,39 @@ static void test_prims_linear(void **state)
     }
   if (!have_avx512()) printf("SKIP avx512 linear: this CPU has no AVX-512 (generic checked)\n");
   if (!have_avx2()) printf("SKIP avx2 linear: this CPU has no AVX2 and FMA (generic checked)\n");
+  assert_int_equal(fails, 0);
+}
+
+/* The same rows give the same bits however a call splits them (one call,
+ * one row per call, 7 per call): kernels rely on it for thread-count
+ * independence and for the fused plan matching the phase-by-phase one. */
+static int check_linear_splits(const char *isa, linear_fn f, pack_fn pack)
+{
+  const long rows = 20, n_in = 600, n_out = 72;
+  float *x = malloc(sizeof(float) * rows * n_in), *w = malloc(sizeof(float) * n_out * n_in), *b = malloc(sizeof(float) * n_out);
+  float *y1 = malloc(sizeof(float) * rows * n_out), *y2 = malloc(sizeof(float) * rows * n_out), *y3 = malloc(sizeof(float) * rows * n_out);
+  float *p = alloc64(attnc_prims_pack_size(n_out, n_in));
+  long r, same;
+  for (r = 0; r < rows * n_in; r++) x[r] = frand();
+  for (r = 0; r < n_out * n_in; r++) w[r] = frand();
+  for (r = 0; r < n_out; r++) b[r] = frand();
+  pack(w, n_out, n_in, p);
+  f(x, rows, n_in, n_in, p, n_out, b, y1, n_out);
+  for (r = 0; r < rows; r++) f(x + r * n_in, 1, n_in, n_in, p, n_out, b, y2 + r * n_out, n_out);
+  for (r = 0; r < rows; r += 7) f(x + r * n_in, rows - r < 7 ? rows - r : 7, n_in, n_in, p, n_out, b, y3 + r * n_out, n_out);
+  same = memcmp(y1, y2, sizeof(float) * rows * n_out) == 0 && memcmp(y1, y3, sizeof(float) * rows * n_out) == 0;
+  if (!same) fprintf(stderr, "linear [%s]: the bits depend on how the rows are split\n", isa);
+  free(x); free(w); free(b); free(y1); free(y2); free(y3); free(p);
+  return (int)same;
+}
+
+static void test_prims_linear_splits(void **state)
+{
+  int fails = 0;
+  (void)state;
+  fails += !check_linear_splits("generic", attnc_prims_linear_generic, attnc_prims_pack32);
+  if (have_avx512()) fails += !check_linear_splits("avx512", attnc_prims_linear_avx512, attnc_prims_pack32);
+  if (have_avx2()) fails += !check_linear_splits("avx2", attnc_prims_linear_avx2, attnc_prims_pack16);
   assert_int_equal(fails, 0);
 }
 
@@ -277,6 +310,7 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_prims_linear),
+    cmocka_unit_test(test_prims_linear_splits),
     cmocka_unit_test(test_prims_attend),
     cmocka_unit_test(test_prims_sigmoid_mul),
   };
