@@ -12,6 +12,7 @@
 
 #define NR ATTNC_PACK_NR
 #define KC 1024 /* inputs per pass of the GEMM */
+#define MC 48   /* rows per pass of the GEMM: their x (48 KiB at 256 inputs) stays in L2 */
 #define KT ATTNC_ATTEND_KT
 #define INLINE static inline __attribute__((always_inline))
 
@@ -132,29 +133,33 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
 void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                              const float *b, float *y, long y_stride)
 {
-  long panels = (n_out + NR - 1) / NR, k0, p, h, r0;
-  for (k0 = 0; k0 < n_in; k0 += KC) {
-    long kc = n_in - k0 < KC ? n_in - k0 : KC;
-    int first = k0 == 0;
-    for (p = 0; p < panels; p++)
-      for (h = 0; h < NR; h += 16) {
-        const float *bp = packed + p * NR * n_in + h * n_in + k0 * 16; /* pack16: half h / 16 of panel p */
-        const long nv = n_out - p * NR - h;
-        const float *bias = b ? b + p * NR + h : NULL;
-        if (nv <= 0) break;
-        for (r0 = 0; r0 < rows; r0 += 6) {
-          const float *a = x + r0 * x_stride + k0;
-          float *c = y + r0 * y_stride + p * NR + h;
-          switch (rows - r0 < 6 ? rows - r0 : 6) {
-          case 6: lin_kernel(6, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
-          case 5: lin_kernel(5, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
-          case 4: lin_kernel(4, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
-          case 3: lin_kernel(3, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
-          case 2: lin_kernel(2, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
-          default: lin_kernel(1, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+  long panels = (n_out + NR - 1) / NR, m0, k0, p, h, r0;
+  /* MC rows at a time: their x stays in L2 while every panel passes */
+  for (m0 = 0; m0 < rows; m0 += MC) {
+    const long m1 = rows - m0 < MC ? rows : m0 + MC;
+    for (k0 = 0; k0 < n_in; k0 += KC) {
+      long kc = n_in - k0 < KC ? n_in - k0 : KC;
+      int first = k0 == 0;
+      for (p = 0; p < panels; p++)
+        for (h = 0; h < NR; h += 16) {
+          const float *bp = packed + p * NR * n_in + h * n_in + k0 * 16; /* pack16: half h / 16 of panel p */
+          const long nv = n_out - p * NR - h;
+          const float *bias = b ? b + p * NR + h : NULL;
+          if (nv <= 0) break;
+          for (r0 = m0; r0 < m1; r0 += 6) {
+            const float *a = x + r0 * x_stride + k0;
+            float *c = y + r0 * y_stride + p * NR + h;
+            switch (m1 - r0 < 6 ? m1 - r0 : 6) {
+            case 6: lin_kernel(6, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+            case 5: lin_kernel(5, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+            case 4: lin_kernel(4, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+            case 3: lin_kernel(3, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+            case 2: lin_kernel(2, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+            default: lin_kernel(1, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
+            }
           }
         }
-      }
+    }
   }
 }
 
