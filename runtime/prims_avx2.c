@@ -481,6 +481,7 @@ static void attend_rows(const attnc_tile *t)
   float *O = t->work, *QT = O + r8 * cp, *ST = QT + cp * r8, *M = ST + KT * r8, *L = M + r8, *A = L + r8;
   int *LO = (int *)(A + r8), *HI = LO + r8, *BO = HI + r8;
   float *MX = (float *)(BO + r8); /* the column max of the scores, from the q.k kernel */
+  float *VT = MX + r8;            /* a key tile of v, copied (see v_copy), rows cp apart */
   const long tail = c - (nv - 1) * 8;
   const __m256 ninf = _mm256_set1_ps(-INFINITY), nan = _mm256_set1_ps(NAN), zero = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi32(-1);
@@ -511,6 +512,10 @@ static void attend_rows(const attnc_tile *t)
     L[r] = 0;
   }
 
+  /* v rows that are not 32-byte aligned (a caller's tensor from malloc is
+   * 16-aligned) make every other load of p.v span two cache lines: copy
+   * each key tile of them to aligned rows first (its loads then hit L1) */
+  const int v_copy = !few && (((unsigned long)t->v & 31) != 0 || (t->v_stride & 7) != 0);
   const int pf = few || t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
   if (pf && jmin <= jmax) { /* the first key tile, while the queries are transposed */
     const long j1 = jmax + 1 < jmin + KT ? jmax + 1 : jmin + KT;
@@ -605,7 +610,12 @@ static void attend_rows(const attnc_tile *t)
       _mm256_store_ps(A + rv * 8, alpha); /* rows whose max grew rescale what they have summed so far */
     }
     /* 8. weighted sum: O = alpha O + P V, P[r][j] = ST[j][r] */
-    pv_all(rows, kt, ST, 1, r8, O, cp, A, t->v + j0 * t->v_stride, t->v_stride, nv, tail);
+    if (v_copy) {
+      for (j = 0; j < kt; j++) memcpy(VT + j * cp, t->v + (j0 + j) * t->v_stride, sizeof(float) * c);
+      pv_all(rows, kt, ST, 1, r8, O, cp, A, VT, cp, nv, tail);
+    } else {
+      pv_all(rows, kt, ST, 1, r8, O, cp, A, t->v + j0 * t->v_stride, t->v_stride, nv, tail);
+    }
   }
 
   finish_rows(t, O, cp, M, L);
