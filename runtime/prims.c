@@ -98,6 +98,44 @@ void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row)
   }
 }
 
+void attnc_prims_rows_begin(const attnc_tile *t, long r_pad, float *O, long cp, int *LO, int *HI, int *BO, float *M,
+                            float *L, long *jmin, long *jmax, long *lo_max, long *hi_min)
+{
+  long r;
+  *jmin = t->k_end;
+  *jmax = t->k_begin - 1;
+  *lo_max = t->k_begin;
+  *hi_min = t->k_end - 1;
+  for (r = 0; r < r_pad; r++) {
+    long lo = 1, hi = 0; /* padding lanes see no key */
+    if (r < t->rows) {
+      memset(O + r * cp, 0, sizeof(float) * cp);
+      attnc_prims_row_range(t, r, &lo, &hi);
+      if (lo <= hi) {
+        if (lo < *jmin) *jmin = lo;
+        if (hi > *jmax) *jmax = hi;
+      }
+      if (lo > *lo_max) *lo_max = lo;
+      if (hi < *hi_min) *hi_min = hi;
+      if (t->bias) BO[r] = (int)((r % t->q_group) * t->bias_h + (r / t->q_group) * t->bias_i);
+    } else if (t->bias) {
+      BO[r] = 0;
+    }
+    LO[r] = (int)lo;
+    HI[r] = (int)hi;
+    M[r] = -INFINITY;
+    L[r] = 0;
+  }
+}
+
+int attnc_prims_fits_lanes(const attnc_tile *t)
+{
+  const long big = 0x7fffffffL;
+  if (t->k_end >= big) return 0;
+  if (t->bias && (t->q_group * t->bias_h + (t->rows / t->q_group + 1) * t->bias_i >= big)) return 0;
+  return 1;
+}
+
 static float *row_out(const attnc_tile *t, long r)
 {
   return t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;

@@ -44,6 +44,17 @@ static inline void attnc_prims_row_range(const attnc_tile *t, long r, long *lo, 
   *hi = b;
 }
 
+/* The row-across-lanes attention (attend_rows, AVX-512 and AVX2): for each
+ * of the r_pad lanes (rows, then padding), its visible key range LO..HI
+ * (padding: none), bias offset BO (when there is a bias), running max
+ * M = -inf and sum L = 0; O's rows zeroed (cp floats each); and over the
+ * real rows the keys any row sees (jmin..jmax) and those every row sees
+ * (lo_max..hi_min). */
+void attnc_prims_rows_begin(const attnc_tile *t, long r_pad, float *O, long cp, int *LO, int *HI, int *BO, float *M,
+                            float *L, long *jmin, long *jmax, long *lo_max, long *hi_min);
+/* attend_rows keeps key positions and bias offsets in 32-bit lanes: 1 if they fit */
+int attnc_prims_fits_lanes(const attnc_tile *t);
+
 /* the empty-row rule for row r (o_row is where the result goes) */
 void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row);
 

@@ -491,28 +491,9 @@ static void attend_rows(const attnc_tile *t)
   /* up to 8 rows (decoding): q.k as dot products, each key loaded once
    * for all rows, instead of one broadcast per element */
   const int few = rows <= 8;
-  long r, d, rv, j, j0, jmin = t->k_end, jmax = t->k_begin - 1, lo_max = t->k_begin, hi_min = t->k_end - 1;
+  long r, d, rv, j, j0, jmin, jmax, lo_max, hi_min;
 
-  for (r = 0; r < r8; r++) {
-    long lo = 1, hi = 0; /* padding lanes see no key */
-    if (r < rows) {
-      memset(O + r * cp, 0, sizeof(float) * cp);
-      attnc_prims_row_range(t, r, &lo, &hi);
-      if (lo <= hi) {
-        if (lo < jmin) jmin = lo;
-        if (hi > jmax) jmax = hi;
-      }
-      if (lo > lo_max) lo_max = lo;
-      if (hi < hi_min) hi_min = hi;
-      if (t->bias) BO[r] = (int)((r % t->q_group) * t->bias_h + (r / t->q_group) * t->bias_i);
-    } else if (t->bias) {
-      BO[r] = 0;
-    }
-    LO[r] = (int)lo;
-    HI[r] = (int)hi;
-    M[r] = -INFINITY;
-    L[r] = 0;
-  }
+  attnc_prims_rows_begin(t, r8, O, cp, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
 
   /* v rows that are not 32-byte aligned (a caller's tensor from malloc is
    * 16-aligned) make every other load of p.v span two cache lines: copy
@@ -623,18 +604,9 @@ static void attend_rows(const attnc_tile *t)
   finish_rows(t, O, cp, M, L);
 }
 
-/* attend_rows keeps key positions and bias offsets in 32-bit lanes */
-static int fits_lanes(const attnc_tile *t)
-{
-  const long big = 0x7fffffffL;
-  if (t->k_end >= big) return 0;
-  if (t->bias && (t->q_group * t->bias_h + (t->rows / t->q_group + 1) * t->bias_i >= big)) return 0;
-  return 1;
-}
-
 void attnc_prims_attend_avx2(const attnc_tile *t)
 {
-  if (fits_lanes(t)) attend_rows(t);
+  if (attnc_prims_fits_lanes(t)) attend_rows(t);
   else attnc_prims_attend_generic(t);
 }
 

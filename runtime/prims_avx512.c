@@ -553,28 +553,9 @@ static void attend_rows(const attnc_tile *t)
   const __mmask16 last = tail_mask(c - (nv - 1) * 16);
   const __m512 ninf = _mm512_set1_ps(-INFINITY), nan = _mm512_set1_ps(NAN);
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
-  long r, d, rv, j, j0, jmin = t->k_end, jmax = t->k_begin - 1, lo_max = t->k_begin, hi_min = t->k_end - 1;
+  long r, d, rv, j, j0, jmin, jmax, lo_max, hi_min;
 
-  for (r = 0; r < r16; r++) {
-    long lo = 1, hi = 0; /* padding lanes see no key */
-    if (r < rows) {
-      memset(O + r * cp, 0, sizeof(float) * cp);
-      attnc_prims_row_range(t, r, &lo, &hi);
-      if (lo <= hi) {
-        if (lo < jmin) jmin = lo;
-        if (hi > jmax) jmax = hi;
-      }
-      if (lo > lo_max) lo_max = lo;
-      if (hi < hi_min) hi_min = hi;
-      if (t->bias) BO[r] = (int)((r % t->q_group) * t->bias_h + (r / t->q_group) * t->bias_i);
-    } else if (t->bias) {
-      BO[r] = 0;
-    }
-    LO[r] = (int)lo;
-    HI[r] = (int)hi;
-    M[r] = -INFINITY;
-    L[r] = 0;
-  }
+  attnc_prims_rows_begin(t, r16, O, cp, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
 
   const int pf = t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
   if (pf && jmin <= jmax) { /* the first key tile, while the queries are transposed */
@@ -730,18 +711,9 @@ static void attend_cols(const attnc_tile *t)
   finish_rows(t, O, cp, M, L);
 }
 
-/* attend_rows keeps key positions and bias offsets in 32-bit lanes */
-static int fits_lanes(const attnc_tile *t)
-{
-  const long big = 0x7fffffffL;
-  if (t->k_end >= big) return 0;
-  if (t->bias && (t->q_group * t->bias_h + (t->rows / t->q_group + 1) * t->bias_i >= big)) return 0;
-  return 1;
-}
-
 void attnc_prims_attend_avx512(const attnc_tile *t)
 {
-  if (t->rows > 8 && fits_lanes(t)) attend_rows(t);
+  if (t->rows > 8 && attnc_prims_fits_lanes(t)) attend_rows(t);
   else attend_cols(t);
 }
 
