@@ -226,14 +226,15 @@ static void choose(void)
   table.sigmoid_mul = attnc_prims_sigmoid_mul_generic;
 #if defined(__x86_64__) && defined(__GNUC__)
   /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
-  const int any = !force || (strcmp(force, "generic") != 0 && strcmp(force, "avx2") != 0);
-  if (any && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+  const int generic_only = force && strcmp(force, "generic") == 0;
+  const int avx2_at_most = generic_only || (force && strcmp(force, "avx2") == 0);
+  if (!avx2_at_most && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
     table.isa = "avx512";
     table.linear = attnc_prims_linear_avx512;
     table.attend = attnc_prims_attend_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
-  } else if (!(force && strcmp(force, "generic") == 0) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+  } else if (!generic_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     table.isa = "avx2";
     table.linear = attnc_prims_linear_avx2;
     table.attend = attnc_prims_attend_avx2;
