@@ -154,6 +154,14 @@ function M.emit(p)
   -- with the primitives, a full kernel may run one batch element at a time:
   -- project, attend, gate and project out while its data is in cache
   env.fuse_ok = env.fast_ok and not p.core and not p.global
+  -- with the primitives, k and v may be projected head by head into a
+  -- head-major scratch ([batch][G][Sk][c]), so that a key tile is one
+  -- contiguous block and not Sk rows G*c apart (a 2^n stride puts them on
+  -- a few L1 sets, and each row on its own page): when the heads start on
+  -- the packed weights' 32-wide panels, and (outside the fused path) the
+  -- rows of one batch element are contiguous in kv
+  env.hm_ok = env.fast_ok and not p.core and p.C % 32 == 0
+  env.kv_hm_ok = env.hm_ok and tostring(p.kv_step) == "1"
   env.bias_t_ok = env.fast_ok and p.has_bias and env.bias_offset == "0" and p.bias_i ~= nil and p.bias_j ~= nil
     and p.HPG == 1 and not p.global
   if not p.core then

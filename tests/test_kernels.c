@@ -229,6 +229,42 @@ static void sweep_shared_bias(attnc_backend be)
   assert_int_equal(sw.fails, 0);
 }
 
+/* With the primitives and head_dim a multiple of 32, k and v are
+ * projected head by head into a head-major scratch: row blocks that cross
+ * batch elements, column chunks of half a head, GQA, cross-attention,
+ * masks and windows, global attention, and the fused path (4 batch
+ * elements) on either axis. */
+static void sweep_head_major(attnc_backend be)
+{
+  static const struct { const char *spec; int hm; } specs[] = {
+    { "mha x=B,S,128 heads=2", 1 },
+    { "mha x=B,S,512 heads=16 causal", 1 }, /* column chunks of two heads */
+    { "gqa x=B,S,128 heads=4 kv_heads=2 head_dim=32 causal mask=key", 1 },
+    { "mha x=B,S,64 kv=B,T,48 heads=2 head_dim=32 window=5,2", 1 },
+    { "alphafold x=4,S,64 heads=2 head_dim=32 gated bias=2,S,S mask=key", 1 },
+    { "alphafold x=B,S,64 heads=2 head_dim=32 global gated mask=key", 1 },
+    /* the attention axis outermost: only the fused path goes head-major */
+    { "alphafold x=S,4,64 attn_dim=0 heads=2 head_dim=32 bias=2,S,S mask=key", 0 },
+    { "mha x=B,S,100 heads=4 head_dim=25", 0 },
+  };
+  static const int64_t lens[] = { 1, 7, 33, 70 };
+  struct sweep sw = { 0, 0 };
+  size_t i, l;
+  for (i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    char *src = NULL, *hdr = NULL;
+    attnc_error e;
+    assert_int_equal(attnc_generate(specs[i].spec, NULL, &src, &hdr, &e), ATTNC_OK);
+    if ((strstr(src, "linear_hm(") != NULL) != specs[i].hm) fprintf(stderr, "FAIL head-major or not: %s\n", specs[i].spec);
+    assert_true((strstr(src, "linear_hm(") != NULL) == specs[i].hm);
+    free(src);
+    free(hdr);
+    for (l = 0; l < sizeof lens / sizeof lens[0]; l++)
+      one(&sw, be, specs[i].spec, lens[l], 0, 0.7, 1200 + i * 7 + l);
+  }
+  report("head-major k, v", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+
 /* Logits in the hundreds must not overflow: large inputs and scale. */
 static void sweep_large_logits(attnc_backend be)
 {
@@ -319,6 +355,8 @@ static void test_kernels_features_tcc(void **s) { (void)s; sweep_features(ATTNC_
 static void test_kernels_features_cc(void **s) { (void)s; sweep_features(ATTNC_BACKEND_CC); }
 static void test_kernels_shared_bias_tcc(void **s) { (void)s; sweep_shared_bias(ATTNC_BACKEND_TCC); }
 static void test_kernels_shared_bias_cc(void **s) { (void)s; sweep_shared_bias(ATTNC_BACKEND_CC); }
+static void test_kernels_head_major_tcc(void **s) { (void)s; sweep_head_major(ATTNC_BACKEND_TCC); }
+static void test_kernels_head_major_cc(void **s) { (void)s; sweep_head_major(ATTNC_BACKEND_CC); }
 static void test_kernels_large_logits_tcc(void **s) { (void)s; sweep_large_logits(ATTNC_BACKEND_TCC); }
 static void test_kernels_large_logits_cc(void **s) { (void)s; sweep_large_logits(ATTNC_BACKEND_CC); }
 
@@ -330,6 +368,7 @@ int main(void)
     cmocka_unit_test(test_kernels_masks_tcc),    cmocka_unit_test(test_kernels_masks_cc),
     cmocka_unit_test(test_kernels_features_tcc), cmocka_unit_test(test_kernels_features_cc),
     cmocka_unit_test(test_kernels_shared_bias_tcc), cmocka_unit_test(test_kernels_shared_bias_cc),
+    cmocka_unit_test(test_kernels_head_major_tcc), cmocka_unit_test(test_kernels_head_major_cc),
     cmocka_unit_test(test_kernels_large_logits_tcc), cmocka_unit_test(test_kernels_large_logits_cc),
     cmocka_unit_test(test_kernels_plain_tcc),    cmocka_unit_test(test_kernels_threads_identical),
   };
