@@ -211,6 +211,36 @@ void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n)
   for (i = 0; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
+void attnc_prims_linear_heads_by(attnc_linear_fn f, const float *x, long rows, long x_stride, long n_in,
+                                 const float *packed, long n_out, const float *b, float *y, long y_stride, long col0,
+                                 long head_w, long head_stride)
+{
+  long n = 0;
+  while (n < n_out) { /* the columns of one head: whole panels, since col0 and head_w are */
+    const long a = col0 + n, d = a % head_w, w = n_out - n < head_w - d ? n_out - n : head_w - d;
+    f(x, rows, x_stride, n_in, packed + n * n_in, w, b ? b + n : NULL, y + a / head_w * head_stride + d, y_stride);
+    n += w;
+  }
+}
+
+void attnc_prims_linear_heads_generic(const float *x, long rows, long x_stride, long n_in, const float *packed,
+                                      long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
+                                      long head_stride)
+{
+  attnc_prims_linear_heads_by(attnc_prims_linear_generic, x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0,
+                              head_w, head_stride);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+void attnc_prims_linear_heads_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed,
+                                     long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
+                                     long head_stride)
+{
+  attnc_prims_linear_heads_by(attnc_prims_linear_avx512, x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0,
+                              head_w, head_stride);
+}
+#endif
+
 static attnc_prims table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
@@ -220,6 +250,7 @@ static void choose(void)
   table.abi = 1;
   table.isa = "generic";
   table.linear = attnc_prims_linear_generic;
+  table.linear_heads = attnc_prims_linear_heads_generic;
   table.attend = attnc_prims_attend_generic;
   table.attend_work = attnc_prims_attend_work;
   table.combine = attnc_prims_combine_generic;
@@ -232,11 +263,13 @@ static void choose(void)
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
     table.isa = "avx512";
     table.linear = attnc_prims_linear_avx512;
+    table.linear_heads = attnc_prims_linear_heads_avx512;
     table.attend = attnc_prims_attend_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
   } else if (!generic_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     table.isa = "avx2";
     table.linear = attnc_prims_linear_avx2;
+    table.linear_heads = attnc_prims_linear_heads_avx2;
     table.attend = attnc_prims_attend_avx2;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
   }

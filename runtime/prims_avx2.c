@@ -133,8 +133,12 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
   }
 }
 
-void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
-                             const float *b, float *y, long y_stride)
+/* Column n (n + col0 of the weight) of row r at y + r * y_stride +
+ * (n + col0) / head_w * head_stride + (n + col0) % head_w: a 16-wide half
+ * of a panel never spans two heads, since col0 and head_w are multiples
+ * of 32.  head_w = n_out and col0 = 0 is the plain layout. */
+static void linear_cols(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                        const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
 {
   long panels = (n_out + NR - 1) / NR, m0, k0, p, h, r0;
   /* MC rows at a time: their x stays in L2 while every panel passes */
@@ -148,10 +152,12 @@ void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in
           const float *bp = packed + p * NR * n_in + h * n_in + k0 * 16; /* pack16: half h / 16 of panel p */
           const long nv = n_out - p * NR - h;
           const float *bias = b ? b + p * NR + h : NULL;
+          const long col = col0 + p * NR + h;
+          float *yc = y + col / head_w * head_stride + col % head_w;
           if (nv <= 0) break;
           for (r0 = m0; r0 < m1; r0 += 6) {
             const float *a = x + r0 * x_stride + k0;
-            float *c = y + r0 * y_stride + p * NR + h;
+            float *c = yc + r0 * y_stride;
             switch (m1 - r0 < 6 ? m1 - r0 : 6) {
             case 6: lin_kernel(6, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
             case 5: lin_kernel(5, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
@@ -164,6 +170,19 @@ void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in
         }
     }
   }
+}
+
+void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                             const float *b, float *y, long y_stride)
+{
+  if (n_out > 0) linear_cols(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, 0, n_out, 0);
+}
+
+void attnc_prims_linear_heads_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed,
+                                   long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
+                                   long head_stride)
+{
+  linear_cols(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
 }
 
 /* ---- attention with query rows across the lanes ----

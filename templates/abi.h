@@ -51,6 +51,11 @@ typedef struct attnc_prims {
   void (*combine)(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
   /* o[i] *= sigmoid(g[i]) */
   void (*sigmoid_mul)(const float *g, float *o, long n);
+  /* linear with head-major output: column n (column col0 + n of the
+   * weight, col0 and head_w multiples of 32; packed and b start at col0)
+   * goes to y + ((col0 + n) / head_w) * head_stride + (col0 + n) % head_w */
+  void (*linear_heads)(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                       const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
 } attnc_prims;
 
 typedef struct attnc_args {

@@ -126,6 +126,50 @@ static void test_prims_linear_splits(void **state)
   assert_int_equal(fails, 0);
 }
 
+/* linear_heads puts each column where the head-major layout wants it,
+ * with the bits of the plain linear: 96 columns from column 32 of a
+ * 160-wide weight, heads 64 wide and a stride with a gap between them. */
+typedef void (*linear_heads_fn)(const float *, long, long, long, const float *, long, const float *, float *, long, long,
+                                long, long);
+
+static int check_linear_heads(const char *isa, linear_heads_fn fh, linear_fn f, pack_fn pack)
+{
+  const long rows = 13, n_in = 70, n_out = 160, col0 = 32, nn = 96, hw = 64, hs = rows * hw + 7, heads = 3;
+  float *x = malloc(sizeof(float) * rows * n_in), *w = malloc(sizeof(float) * n_out * n_in), *b = malloc(sizeof(float) * n_out);
+  float *y = malloc(sizeof(float) * rows * n_out), *yh = malloc(sizeof(float) * heads * hs);
+  float *p = alloc64(attnc_prims_pack_size(n_out, n_in));
+  long r, n, bad = 0;
+  for (r = 0; r < rows * n_in; r++) x[r] = frand();
+  for (r = 0; r < n_out * n_in; r++) w[r] = frand();
+  for (r = 0; r < n_out; r++) b[r] = frand();
+  for (r = 0; r < heads * hs; r++) yh[r] = 12345.0f;
+  pack(w, n_out, n_in, p);
+  f(x, rows, n_in, n_in, p, n_out, b, y, n_out);
+  fh(x, rows, n_in, n_in, p + col0 * n_in, nn, b + col0, yh, hw, col0, hw, hs);
+  for (r = 0; r < rows; r++)
+    for (n = 0; n < n_out; n++) {
+      const float got = yh[n / hw * hs + r * hw + n % hw];
+      if (n >= col0 && n < col0 + nn ? memcmp(&got, &y[r * n_out + n], sizeof got) != 0 : got != 12345.0f) bad++;
+    }
+  for (n = 0; n < heads; n++) /* the gaps after each head */
+    for (r = rows * hw; r < hs; r++) bad += yh[n * hs + r] != 12345.0f;
+  if (bad) fprintf(stderr, "linear_heads [%s]: %ld values wrong or misplaced\n", isa, bad);
+  free(x); free(w); free(b); free(y); free(yh); free(p);
+  return bad == 0;
+}
+
+static void test_prims_linear_heads(void **state)
+{
+  int fails = 0;
+  (void)state;
+  fails += !check_linear_heads("generic", attnc_prims_linear_heads_generic, attnc_prims_linear_generic, attnc_prims_pack32);
+  if (have_avx512())
+    fails += !check_linear_heads("avx512", attnc_prims_linear_heads_avx512, attnc_prims_linear_avx512, attnc_prims_pack32);
+  if (have_avx2()) fails += !check_linear_heads("avx2", attnc_prims_linear_heads_avx2, attnc_prims_linear_avx2, attnc_prims_pack16);
+  fails += !check_linear_heads("table", attnc_prims_get()->linear_heads, attnc_prims_get()->linear, attnc_prims_pack);
+  assert_int_equal(fails, 0);
+}
+
 struct case_ {
   long rows, group, c, nk, i0;
   int has_lo, has_hi;
@@ -311,6 +355,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_prims_linear),
     cmocka_unit_test(test_prims_linear_splits),
+    cmocka_unit_test(test_prims_linear_heads),
     cmocka_unit_test(test_prims_attend),
     cmocka_unit_test(test_prims_sigmoid_mul),
   };
