@@ -68,14 +68,15 @@ INLINE __m256 exp256_neg(__m256 x)
 #define LN2 0.693147180559945309f
 
 /* 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -126.5 (and
- * for -inf); NaN stays NaN.  n = x rounded by adding 1.5 * 2^23, whose low
- * mantissa bits then hold n; 2^r on |r| <= 1/2 by a degree-5 polynomial
- * fitted to relative error (2.3e-7 at most, evaluated in float).  x is
- * clamped at -127, where 2^n's exponent bits (n + 127) are 0: the factor
- * is +0 and so is the result, with no compare and no mask. */
+ * for -inf); NaN stays NaN.  n = x rounded by adding 1.5 * 2^23 + 127,
+ * whose low mantissa bits then hold n + 127, 2^n's exponent bits; 2^r on
+ * |r| <= 1/2 by a degree-5 polynomial fitted to relative error (2.3e-7 at
+ * most, evaluated in float).  x is clamped at -127, where those exponent
+ * bits are 0: the factor is +0 and so is the result, with no compare and
+ * no mask. */
 INLINE __m256 exp2_neg(__m256 x)
 {
-  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  const __m256 magic = _mm256_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
   __m256 nf, r, p;
   x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x); /* NaN in x passes through */
   nf = _mm256_add_ps(x, magic);
@@ -86,8 +87,8 @@ INLINE __m256 exp2_neg(__m256 x)
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.4022120237350464e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931469440460205e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0000001192092896f));
-  /* 2^n: (n + 127) << 23; the magic number's own bits shift out */
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(nf), _mm256_set1_epi32(127)), 23);
+  /* 2^n: (n + 127) << 23; the rest of the magic number's bits shift out */
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(nf), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
