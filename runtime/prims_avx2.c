@@ -67,6 +67,14 @@ INLINE __m256 exp256_neg(__m256 x)
 #define LOG2E 1.44269504088896341f
 #define LN2 0.693147180559945309f
 
+/* The stale max: once every row has a running max m, a key tile whose
+ * scores stay within m + STALE_MAX (in base 2) is exponentiated against
+ * m itself, inside the q.k kernel, and m, the sums so far and o need no
+ * rescaling.  Probabilities then reach 2^STALE_MAX = 256 at most, which
+ * float holds as well as 1.  A tile past that is scored again and goes
+ * the usual way, which moves m up. */
+#define STALE_MAX 8.0f
+
 /* 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -126.5 (and
  * for -inf); NaN stays NaN.  n = x rounded by adding 1.5 * 2^23 + 127,
  * whose low mantissa bits then hold n + 127, 2^n's exponent bits; 2^r on
@@ -209,9 +217,14 @@ static void prefetch_rows(const float *a, long stride, long j0, long j1, long c)
 /* ST[j][8u ..] for NJ keys x NQ row vectors, plus BT[j * bt_j + 8u ..]
  * when there is a bias laid out like the scores (its lanes past `live`
  * rows not read); MX[8u ..] = max(MX, these scores).  12 accumulators,
- * 3 query vectors and a key broadcast: all 16 registers. */
+ * 3 query vectors and a key broadcast: all 16 registers.
+ *
+ * With MR set (see STALE_MAX), ST gets the probabilities 2^(s - MR)
+ * instead, and TS[8u ..] their sums: the exponentials are worked out
+ * while the scores are still in registers, next to the FMAs of the
+ * neighbouring blocks, instead of in a pass of their own. */
 INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r8, const float *k, long k_stride,
-                       float *ST, float *MX, const float *BT, long bt_j, long live)
+                       float *ST, float *MX, const float *BT, long bt_j, long live, const float *MR, float *TS)
 {
   __m256 acc[4][3];
   const __m256 log2e = _mm256_set1_ps(LOG2E);
@@ -240,6 +253,17 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
     }
     _mm256_store_ps(MX + u * 8, m);
   }
+  if (MR) /* the scores back from L1 (registers are all taken): to probabilities */
+    for (u = 0; u < NQ; u++) {
+      const __m256 mr = _mm256_load_ps(MR + u * 8);
+      __m256 ts = _mm256_load_ps(TS + u * 8);
+      for (j = 0; j < NJ; j++) {
+        const __m256 p = exp2_neg(_mm256_sub_ps(_mm256_load_ps(ST + j * r8 + u * 8), mr));
+        _mm256_store_ps(ST + j * r8 + u * 8, p);
+        ts = _mm256_add_ps(ts, p);
+      }
+      _mm256_store_ps(TS + u * 8, ts);
+    }
 }
 
 /* The next key tile to prefetch during this one's q.k: n rows of k and v
@@ -260,16 +284,19 @@ INLINE void prefetch_next(const next_tile *nx, long j0, long j1)
 }
 
 static void qkT_tile(long nrv, long kt, long c, const float *QT, long r8, const float *k, long k_stride, float *ST,
-                     float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
+                     float *MX, const float *BT, long bt_j, long rows, const next_tile *nx, const float *MR, float *TS)
 {
   long rv0, jb;
   for (rv0 = 0; rv0 < r8; rv0 += 8) _mm256_store_ps(MX + rv0, _mm256_set1_ps(-INFINITY));
+  if (MR)
+    for (rv0 = 0; rv0 < r8; rv0 += 8) _mm256_store_ps(TS + rv0, _mm256_setzero_ps());
   for (rv0 = 0; rv0 < nrv; rv0 += 3) {
     const long nr = nrv - rv0 < 3 ? nrv - rv0 : 3;
     for (jb = 0; jb < kt; jb += 4) {
       const long nj = kt - jb < 4 ? kt - jb : 4;
       const float *qt = QT + rv0 * 8, *kb = k + jb * k_stride, *bt = BT ? BT + jb * bt_j + rv0 * 8 : NULL;
-      float *st = ST + jb * r8 + rv0 * 8, *mx = MX + rv0 * 8;
+      float *st = ST + jb * r8 + rv0 * 8, *mx = MX + rv0 * 8, *ts = TS + rv0 * 8;
+      const float *mr = MR ? MR + rv0 * 8 : NULL;
       const long live = rows - rv0 * 8;
       if (rv0 == 0) prefetch_next(nx, jb, jb + 4);
       if (BT && jb + 8 < kt) { /* the bias two key blocks ahead: a shared bias comes from L3 */
@@ -282,9 +309,9 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r8, const 
       }
 #define QK_NQ(NJ)                                                                      \
   switch (nr) {                                                                        \
-  case 3: qkT_kernel(NJ, 3, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live); break;   \
-  case 2: qkT_kernel(NJ, 2, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live); break;   \
-  default: qkT_kernel(NJ, 1, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live); break;  \
+  case 3: qkT_kernel(NJ, 3, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live, mr, ts); break;   \
+  case 2: qkT_kernel(NJ, 2, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live, mr, ts); break;   \
+  default: qkT_kernel(NJ, 1, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live, mr, ts); break;  \
   }
       switch (nj) {
       case 4: QK_NQ(4) break;
@@ -505,6 +532,7 @@ static void attend_rows(const attnc_tile *t)
   int *LO = (int *)(A + r8), *HI = LO + r8, *BO = HI + r8;
   float *MX = (float *)(BO + r8); /* the column max of the scores, from the q.k kernel */
   float *VT = MX + r8;            /* a key tile of v, copied (see v_copy), rows cp apart */
+  float *TS = VT + KT * cp;       /* a tile's sums of probabilities (the stale-max path) */
   const long tail = c - (nv - 1) * 8;
   const __m256 ninf = _mm256_set1_ps(-INFINITY), nan = _mm256_set1_ps(NAN), zero = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi32(-1);
@@ -513,6 +541,7 @@ static void attend_rows(const attnc_tile *t)
    * for all rows, instead of one broadcast per element */
   const int few = rows <= 8;
   long r, d, rv, j, j0, jmin, jmax, lo_max, hi_min;
+  int m_finite = 0; /* every lane's running max is a number (not -inf, not NaN) */
 
   attnc_prims_rows_begin(t, r8, O, cp, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
 
@@ -560,14 +589,31 @@ static void attend_rows(const attnc_tile *t)
     const long n_next = pf && j0 + KT <= jmax ? (jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT) : 0;
     const next_tile nx = { n_next ? t->k + (j0 + KT) * t->k_stride : t->k, n_next ? t->v + (j0 + KT) * t->v_stride : t->v,
                            t->k_stride, t->v_stride, n_next, c };
+    /* Nothing to mask and no bias to gather, once every lane has a
+     * running max: try the stale max (STALE_MAX) */
+    int stale = !few && m_finite && all_visible && !t->mask && (!t->bias || bias_cols);
     /* 4. scores (5. plus a bias laid out like them) */
     if (few)
       qkd_tile(rows, kt, nv, tail, QT, cp, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
                bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, &nx);
     else
       qkT_tile(nrv, kt, c, QT, r8, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx);
-    for (rv = 0; rv < nrv; rv++) {
+               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx, stale ? M : NULL, TS);
+    if (stale) {
+      for (rv = 0; rv < nrv && stale; rv++) {
+        const __m256 lim = _mm256_add_ps(_mm256_load_ps(M + rv * 8), _mm256_set1_ps(STALE_MAX));
+        stale = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_load_ps(MX + rv * 8), lim, _CMP_LE_OQ)) == 0xff;
+      }
+      if (stale) { /* 7. softmax: the probabilities and their sums are in; the max stays */
+        for (rv = 0; rv < nrv; rv++)
+          _mm256_store_ps(L + rv * 8, _mm256_add_ps(_mm256_load_ps(L + rv * 8), _mm256_load_ps(TS + rv * 8)));
+      } else { /* a score grew too far past its row's max (or is not a number): the scores again */
+        const next_tile none = { t->k, t->v, t->k_stride, t->v_stride, 0, c };
+        qkT_tile(nrv, kt, c, QT, r8, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
+                 bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &none, NULL, TS);
+      }
+    }
+    for (rv = 0; rv < nrv && !stale; rv++) {
       float *st = ST + rv * 8;
       const __m256i lov = _mm256_load_si256((const __m256i *)(LO + rv * 8)), hiv = _mm256_load_si256((const __m256i *)(HI + rv * 8));
       const __m256i bov = t->bias ? _mm256_load_si256((const __m256i *)(BO + rv * 8)) : _mm256_setzero_si256();
@@ -613,12 +659,20 @@ static void attend_rows(const attnc_tile *t)
       _mm256_store_ps(M + rv * 8, m_new);
       _mm256_store_ps(A + rv * 8, alpha); /* rows whose max grew rescale what they have summed so far */
     }
+    if (!few && !stale) {
+      __m256 ok = _mm256_castsi256_ps(ones);
+      for (rv = 0; rv < nrv; rv++) {
+        const __m256 m = _mm256_load_ps(M + rv * 8);
+        ok = _mm256_and_ps(ok, _mm256_and_ps(_mm256_cmp_ps(m, m, _CMP_ORD_Q), _mm256_cmp_ps(m, ninf, _CMP_NEQ_OQ)));
+      }
+      m_finite = _mm256_movemask_ps(ok) == 0xff;
+    }
     /* 8. weighted sum: O = alpha O + P V, P[r][j] = ST[j][r] */
     if (v_copy) {
       for (j = 0; j < kt; j++) memcpy(VT + j * cp, t->v + (j0 + j) * t->v_stride, sizeof(float) * c);
-      pv_all(rows, kt, ST, 1, r8, O, cp, A, VT, cp, nv, tail);
+      pv_all(rows, kt, ST, 1, r8, O, cp, stale ? NULL : A, VT, cp, nv, tail);
     } else {
-      pv_all(rows, kt, ST, 1, r8, O, cp, A, t->v + j0 * t->v_stride, t->v_stride, nv, tail);
+      pv_all(rows, kt, ST, 1, r8, O, cp, stale ? NULL : A, t->v + j0 * t->v_stride, t->v_stride, nv, tail);
     }
   }
 

@@ -176,6 +176,7 @@ struct case_ {
   long lo_off, hi_off;
   int bias, mask, empty;
   long splits;
+  int ramp; /* 1: keys from 64 on 4 times as long; 2: key j (1 + j / 32) times as long */
 };
 
 /* Double-precision attention of one tile (same visibility rules). */
@@ -234,7 +235,11 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
   float *work = alloc64(attnc_prims_attend_work(rows, c));
   attnc_tile t;
   for (n = 0; n < npos * qs; n++) q[n] = frand() * 2;
-  for (n = 0; n < nk * ks; n++) { k[n] = frand() * 2; v[n] = frand(); }
+  for (n = 0; n < nk * ks; n++) {
+    const long j = n / ks; /* scores that jump, or keep growing, from one key tile to the next */
+    k[n] = frand() * 2 * (cs->ramp == 1 ? (j >= 64 ? 4.0f : 1.0f) : cs->ramp == 2 ? 1.0f + (float)j / 32 : 1.0f);
+    v[n] = frand();
+  }
   for (n = 0; n < cs->group * ld * nk; n++) bias[n] = frand();
   for (n = 0; n < nk; n++) mask[n] = frand() > -0.4f;
   memset(&t, 0, sizeof t);
@@ -285,19 +290,25 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
 static void test_prims_attend(void **state)
 {
   static const struct case_ cases[] = {
-    { 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1 },
-    { 7, 1, 16, 33, 0, 0, 1, 0, 0, 0, 0, 0, 1 },     /* causal */
-    { 64, 1, 64, 200, 0, 0, 0, 0, 0, 1, 1, 0, 1 },   /* bias + mask, several key tiles */
-    { 64, 4, 64, 130, 5, 1, 1, -3, 2, 1, 1, 1, 1 },  /* GQA group, window, uniform empties */
-    { 30, 2, 24, 65, 40, 0, 1, 0, 25, 0, 1, 2, 1 },  /* c not a multiple of 16, bottom-right offsets */
-    { 33, 1, 130, 70, 0, 1, 1, -2, 1, 1, 1, 2, 1 },  /* c > 128 */
-    { 8, 8, 128, 4096, 0, 0, 0, 0, 0, 0, 1, 0, 8 },  /* decode with key splits */
-    { 4, 4, 64, 1500, 0, 0, 1, 0, 1400, 1, 1, 1, 3 },/* splits with a causal end */
-    { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 2, 1 },  /* every row empty: NaN */
-    { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 1, 4 },  /* every row empty, split: uniform */
-    { 11, 1, 40, 77, 3, 1, 1, -5, 0, 1, 1, 0, 1 },   /* rows in one partial vector, causal window */
-    { 256, 4, 64, 150, 0, 0, 1, 0, 20, 1, 1, 1, 1 }, /* GQA: 16 row vectors, bottom-right causal */
-    { 80, 8, 16, 64, 0, 0, 0, 0, 0, 1, 0, 0, 1 },    /* 5 row vectors of narrow heads */
+    { 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0 },
+    { 7, 1, 16, 33, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0 },     /* causal */
+    { 64, 1, 64, 200, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0 },   /* bias + mask, several key tiles */
+    { 64, 4, 64, 130, 5, 1, 1, -3, 2, 1, 1, 1, 1, 0 },  /* GQA group, window, uniform empties */
+    { 30, 2, 24, 65, 40, 0, 1, 0, 25, 0, 1, 2, 1, 0 },  /* c not a multiple of 16, bottom-right offsets */
+    { 33, 1, 130, 70, 0, 1, 1, -2, 1, 1, 1, 2, 1, 0 },  /* c > 128 */
+    { 8, 8, 128, 4096, 0, 0, 0, 0, 0, 0, 1, 0, 8, 0 },  /* decode with key splits */
+    { 4, 4, 64, 1500, 0, 0, 1, 0, 1400, 1, 1, 1, 3, 0 },/* splits with a causal end */
+    { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 2, 1, 0 },  /* every row empty: NaN */
+    { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 1, 4, 0 },  /* every row empty, split: uniform */
+    { 11, 1, 40, 77, 3, 1, 1, -5, 0, 1, 1, 0, 1, 0 },   /* rows in one partial vector, causal window */
+    { 256, 4, 64, 150, 0, 0, 1, 0, 20, 1, 1, 1, 1, 0 }, /* GQA: 16 row vectors, bottom-right causal */
+    { 80, 8, 16, 64, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },    /* 5 row vectors of narrow heads */
+    /* no mask (and a bias laid out like the scores, or none): the AVX2
+     * kernel's stale max (STALE_MAX) after the first key tile */
+    { 64, 1, 64, 300, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },
+    { 24, 2, 32, 600, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0 }, /* and key splits */
+    { 40, 1, 64, 260, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1 }, /* scores jump at the second tile: scored again */
+    { 64, 1, 48, 330, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2 }, /* scores keep growing */
   };
   size_t i;
   int fails = 0;
