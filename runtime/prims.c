@@ -232,16 +232,6 @@ void attnc_prims_linear_heads_generic(const float *x, long rows, long x_stride, 
                               head_w, head_stride);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-void attnc_prims_linear_heads_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed,
-                                     long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
-                                     long head_stride)
-{
-  attnc_prims_linear_heads_by(attnc_prims_linear_avx512, x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0,
-                              head_w, head_stride);
-}
-#endif
-
 static attnc_prims table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 

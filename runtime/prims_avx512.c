@@ -86,8 +86,12 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
   }
 }
 
-void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
-                               const float *b, float *y, long y_stride)
+/* Column n (n + col0 of the weight) of row r at y + r * y_stride +
+ * (n + col0) / head_w * head_stride + (n + col0) % head_w: a 32-wide panel
+ * never spans two heads, since col0 and head_w are multiples of 32.
+ * head_w = n_out and col0 = 0 is the plain layout. */
+static void linear_cols(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                        const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
 {
   long panels = (n_out + NR - 1) / NR, k0, p, r0;
   for (k0 = 0; k0 < n_in; k0 += KC) {
@@ -98,9 +102,11 @@ void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_
       long nv = n_out - p * NR;
       __mmask16 m0 = tail_mask(nv), m1 = tail_mask(nv > 16 ? nv - 16 : 0);
       const float *bias = b ? b + p * NR : NULL;
+      const long col = col0 + p * NR;
+      float *yc = y + col / head_w * head_stride + col % head_w;
       for (r0 = 0; r0 < rows; r0 += 12) {
         const float *a = x + r0 * x_stride + k0;
-        float *c = y + r0 * y_stride + p * NR;
+        float *c = yc + r0 * y_stride;
         switch (rows - r0 < 12 ? rows - r0 : 12) {
         case 12: lin_kernel(12, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
         case 11: lin_kernel(11, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
@@ -118,6 +124,19 @@ void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_
       }
     }
   }
+}
+
+void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
+                               const float *b, float *y, long y_stride)
+{
+  if (n_out > 0) linear_cols(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, 0, n_out, 0);
+}
+
+void attnc_prims_linear_heads_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed,
+                                     long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
+                                     long head_stride)
+{
+  linear_cols(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
 }
 
 /* ---- attention: one tile of query rows, key tiles of KT ---- */

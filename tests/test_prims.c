@@ -166,6 +166,8 @@ static void test_prims_linear_heads(void **state)
   if (have_avx512())
     fails += !check_linear_heads("avx512", attnc_prims_linear_heads_avx512, attnc_prims_linear_avx512, attnc_prims_pack32);
   if (have_avx2()) fails += !check_linear_heads("avx2", attnc_prims_linear_heads_avx2, attnc_prims_linear_avx2, attnc_prims_pack16);
+  if (!have_avx512()) printf("SKIP avx512 linear_heads: this CPU has no AVX-512 (generic checked)\n");
+  if (!have_avx2()) printf("SKIP avx2 linear_heads: this CPU has no AVX2 and FMA (generic checked)\n");
   fails += !check_linear_heads("table", attnc_prims_get()->linear_heads, attnc_prims_get()->linear, attnc_prims_pack);
   assert_int_equal(fails, 0);
 }
