@@ -148,6 +148,9 @@ check-valgrind: all $(B)/tests/test_runtime $(B)/tests/test_safetensors $(B)/tes
 	vg $(B)/attnc check @$(VG_SPEC) --dim B=2 --dim S=33 >/dev/null; \
 	vg $(B)/attnc check "gqa x=B,S,40 heads=4 kv_heads=2 mask=key causal bias=B,4,S,S" --dim S=70 >/dev/null; \
 	vg $(B)/attnc check "alphafold x=B,R,S,16 heads=2 gated global global_mean=masked mask=key" --backend cc >/dev/null; \
+	vg $(B)/attnc check "mha x=B,S,128 heads=2 causal" --dim B=2 --dim S=70 --backend cc >/dev/null; \
+	vg $(B)/attnc check "mha mode=core q=B,2,S,64" --dim B=2 --dim S=200 --backend cc >/dev/null; \
+	vg $(B)/attnc check "alphafold x=4,S,64 heads=2 head_dim=32 gated bias=2,S,S" --dim S=70 --backend cc >/dev/null; \
 	vg $(B)/attnc explain @$(VG_SPEC) --dim B=2 --dim S=33 >/dev/null; \
 	vg $(B)/attnc show @$(VG_SPEC) >/dev/null; \
 	spec=$$(awk -F'\t' '$$1 == "$(VG_CASE)" { print $$3 }' tests/golden/cases.txt); \
