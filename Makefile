@@ -244,8 +244,12 @@ fuzz: $(B)/embedded.c
 
 # ---- benchmarks: attnc vs PyTorch and ONNX Runtime (bench/README.md) ----
 BENCH_THREADS ?= 2
-bench: all $(B)/fma_peak
+bench: all $(B)/fma_peak $(B)/prims_bench
 	@bash bench/run.sh $(BENCH_THREADS)
+
+# the primitives alone, one thread, against that peak (bench/prims_bench.c)
+$(B)/prims_bench: bench/prims_bench.c runtime/prims.h $(B)/libattnc.a
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(B)/libattnc.a $(LDLIBS)
 
 # the machine's FMA peak, for the percent-of-peak target (bench/fma_peak.c)
 $(B)/fma_peak: bench/fma_peak.c | $(B)
