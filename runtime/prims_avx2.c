@@ -220,9 +220,9 @@ static void prefetch_rows(const float *a, long stride, long j0, long j1, long c)
  * 3 query vectors and a key broadcast: all 16 registers.
  *
  * With MR set (see STALE_MAX), ST gets the probabilities 2^(s - MR)
- * instead, and TS[8u ..] their sums: the exponentials are worked out
- * while the scores are still in registers, next to the FMAs of the
- * neighbouring blocks, instead of in a pass of their own. */
+ * instead, and TS[8u ..] their sums: each block's scores come straight
+ * back from L1 to be exponentiated, between the FMAs of its neighbours,
+ * instead of in a pass of their own over the tile. */
 INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r8, const float *k, long k_stride,
                        float *ST, float *MX, const float *BT, long bt_j, long live, const float *MR, float *TS)
 {
