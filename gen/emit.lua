@@ -154,7 +154,7 @@ function M.emit(p)
   -- with the primitives, a full kernel may run one batch element at a time:
   -- project, attend, gate and project out while its data is in cache
   env.fuse_ok = env.fast_ok and not p.core and not p.global
-  -- with the primitives, k and v may be projected head by head into a
+  -- with the primitives, k and v may be projected (linear_heads) into a
   -- head-major scratch ([batch][G][Sk][c]), so that a key tile is one
   -- contiguous block and not Sk rows G*c apart (a 2^n stride puts them on
   -- a few L1 sets, and each row on its own page): when the heads start on
