@@ -212,24 +212,18 @@ void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n)
   for (i = 0; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
-void attnc_prims_linear_heads_by(attnc_linear_fn f, const float *x, long rows, long x_stride, long n_in,
-                                 const float *packed, long n_out, const float *b, float *y, long y_stride, long col0,
-                                 long head_w, long head_stride)
-{
-  long n = 0;
-  while (n < n_out) { /* the columns of one head: whole panels, since col0 and head_w are */
-    const long a = col0 + n, d = a % head_w, w = n_out - n < head_w - d ? n_out - n : head_w - d;
-    f(x, rows, x_stride, n_in, packed + n * n_in, w, b ? b + n : NULL, y + a / head_w * head_stride + d, y_stride);
-    n += w;
-  }
-}
-
+/* One generic linear per head the columns span. */
 void attnc_prims_linear_heads_generic(const float *x, long rows, long x_stride, long n_in, const float *packed,
                                       long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
                                       long head_stride)
 {
-  attnc_prims_linear_heads_by(attnc_prims_linear_generic, x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0,
-                              head_w, head_stride);
+  long n = 0;
+  while (n < n_out) { /* the columns of one head: whole panels, since col0 and head_w are */
+    const long a = col0 + n, d = a % head_w, w = n_out - n < head_w - d ? n_out - n : head_w - d;
+    attnc_prims_linear_generic(x, rows, x_stride, n_in, packed + n * n_in, w, b ? b + n : NULL,
+                               y + a / head_w * head_stride + d, y_stride);
+    n += w;
+  }
 }
 
 static attnc_prims table;

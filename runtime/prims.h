@@ -33,12 +33,6 @@ void attnc_prims_attend_generic(const attnc_tile *t);
 long attnc_prims_attend_work(long rows, long c);
 void attnc_prims_combine_generic(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
 void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n);
-/* linear_heads from a linear: one call per head the columns span */
-typedef void (*attnc_linear_fn)(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
-                                const float *b, float *y, long y_stride);
-void attnc_prims_linear_heads_by(attnc_linear_fn f, const float *x, long rows, long x_stride, long n_in,
-                                 const float *packed, long n_out, const float *b, float *y, long y_stride, long col0,
-                                 long head_w, long head_stride);
 void attnc_prims_linear_heads_generic(const float *x, long rows, long x_stride, long n_in, const float *packed,
                                       long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
                                       long head_stride);
