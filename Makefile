@@ -30,7 +30,7 @@ LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 TESTS    := test_spec test_safetensors test_reference test_prims test_runtime test_kernels test_golden test_specs test_cli test_validation test_stress
 SPECS    := $(sort $(wildcard specs/*.attn))
 
-.PHONY: all deps demo test aot bench install clean example check-asan check-valgrind
+.PHONY: all deps demo test aot bench install clean example check-asan check-valgrind check-avx512-emu
 all: deps $(B)/libattnc.a $(B)/libattnc.so $(B)/attnc
 
 # ---- set-up: install the Debian packages we build against ----
@@ -63,8 +63,16 @@ $(B)/obj/%.o: runtime/%.c runtime/attnc.h runtime/internal.h templates/abi.h | $
 	@echo "  CC      $@"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
+ifeq ($(AVX512_EMU),1)
+# make check-avx512-emu: the AVX-512 code on a C model of its intrinsics,
+# chosen on any CPU (the library in build/emu is for that check only)
+$(B)/obj/prims_avx512.o: CFLAGS += -O2 -include tests/avx512_emu.h
+$(B)/obj/prims.o: CPPFLAGS += -DATTNC_AVX512_EMU
+$(B)/obj/prims_avx512.o: tests/avx512_emu.h
+else
 # only reached after a run-time check that the CPU has AVX-512 (prims.c)
 $(B)/obj/prims_avx512.o: CFLAGS += -O3 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma
+endif
 # only reached after a run-time check that the CPU has AVX2 and FMA (prims.c)
 $(B)/obj/prims_avx2.o: CFLAGS += -O3 -mavx2 -mfma
 $(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(B)/obj/kernel.o: runtime/prims.h
@@ -111,6 +119,19 @@ test: all $(TESTS:%=$(B)/tests/%)
 	@$(MAKE) --no-print-directory install-check
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(B)/attnc sh tests/run_all.sh $(B) $(TESTS)
+	@$(MAKE) --no-print-directory check-avx512-emu
+
+# check-avx512-emu: the whole suite again, on a library whose AVX-512
+# primitives run on tests/avx512_emu.h's C model of their intrinsics, so
+# a machine without AVX-512 still runs that code (make test ends with it).
+# It shares the main build's kernel cache: the generated C calls the
+# primitives through a table, so the same cached kernels serve both.
+EMU_B := $(B)/emu
+check-avx512-emu:
+	@echo "== the suite with the AVX-512 primitives on a C model of their intrinsics (make check-avx512-emu)"
+	@$(MAKE) --no-print-directory B=$(EMU_B) AVX512_EMU=1 $(EMU_B)/libattnc.a $(EMU_B)/attnc $(TESTS:%=$(EMU_B)/tests/%)
+	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
+	  ATTNC=$(CURDIR)/$(EMU_B)/attnc sh tests/run_all.sh $(EMU_B) $(TESTS)
 
 # ---- sanitizers ----
 # check-asan: the library, CLI and every test built with ASan + UBSan into

@@ -244,8 +244,16 @@ static void choose(void)
   /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
   const int generic_only = force && strcmp(force, "generic") == 0;
   const int avx2_at_most = generic_only || (force && strcmp(force, "avx2") == 0);
-  if (!avx2_at_most && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
+#ifdef ATTNC_AVX512_EMU
+  /* make check-avx512-emu: prims_avx512.c runs on a C model of its
+   * intrinsics (tests/avx512_emu.h), so any CPU can take this branch */
+  const int has_avx512 = 1;
+#else
+  const int has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("fma");
+#endif
+  if (!avx2_at_most && has_avx512) {
     table.isa = "avx512";
     table.linear = attnc_prims_linear_avx512;
     table.linear_heads = attnc_prims_linear_heads_avx512;

@@ -1,0 +1,376 @@
+/* A plain-C model of the AVX-512 intrinsics that runtime/prims_avx512.c
+ * uses, so that its code can run, and be tested, on a CPU without
+ * AVX-512 (make check-avx512-emu).  Force-included (-include) ahead of
+ * the file: <immintrin.h> is read first, then each intrinsic and vector
+ * type is renamed to a model below, so the file's own #include of
+ * <immintrin.h> changes nothing.
+ *
+ * Each model does what Intel's intrinsics guide says the instruction does,
+ * lane by lane.  Alignment rules are checked (an unaligned load_ps or
+ * store_ps aborts, as the real one faults), and masked loads and stores
+ * touch only the lanes their mask selects, so AddressSanitizer sees what
+ * the hardware would.  A use of anything not modelled here fails to
+ * compile: the real intrinsic needs -mavx512f, which this build omits. */
+#ifndef ATTNC_AVX512_EMU_H
+#define ATTNC_AVX512_EMU_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  float f[16];
+} emu_m512;
+typedef struct {
+  int32_t i[16];
+} emu_m512i;
+
+#define EMU static inline
+#define EMU_EACH for (int l = 0; l < 16; l++)
+#define EMU_ON(k) (((unsigned)(k) >> l) & 1u)
+
+EMU void emu_aligned(const void *p)
+{
+  if ((uintptr_t)p & 63) abort(); /* the real aligned load or store faults */
+}
+
+/* ---- loads, stores, constants ---- */
+EMU emu_m512 emu_set1_ps(float a)
+{
+  emu_m512 r;
+  EMU_EACH r.f[l] = a;
+  return r;
+}
+EMU emu_m512 emu_setzero_ps(void) { return emu_set1_ps(0.0f); }
+EMU emu_m512 emu_loadu_ps(const void *p)
+{
+  emu_m512 r;
+  memcpy(r.f, p, sizeof r.f);
+  return r;
+}
+EMU emu_m512 emu_load_ps(const void *p)
+{
+  emu_aligned(p);
+  return emu_loadu_ps(p);
+}
+EMU void emu_storeu_ps(void *p, emu_m512 a) { memcpy(p, a.f, sizeof a.f); }
+EMU void emu_store_ps(void *p, emu_m512 a)
+{
+  emu_aligned(p);
+  emu_storeu_ps(p, a);
+}
+EMU emu_m512 emu_maskz_loadu_ps(__mmask16 k, const void *p)
+{
+  emu_m512 r;
+  EMU_EACH r.f[l] = EMU_ON(k) ? ((const float *)p)[l] : 0.0f;
+  return r;
+}
+EMU void emu_mask_storeu_ps(void *p, __mmask16 k, emu_m512 a)
+{
+  EMU_EACH if (EMU_ON(k)) ((float *)p)[l] = a.f[l];
+}
+EMU emu_m512i emu_set1_epi32(int a)
+{
+  emu_m512i r;
+  EMU_EACH r.i[l] = a;
+  return r;
+}
+EMU emu_m512i emu_setzero_si512(void) { return emu_set1_epi32(0); }
+EMU emu_m512i emu_setr_epi32(int a0, int a1, int a2, int a3, int a4, int a5, int a6, int a7, int a8, int a9, int a10,
+                             int a11, int a12, int a13, int a14, int a15)
+{
+  emu_m512i r = {{a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15}};
+  return r;
+}
+EMU emu_m512i emu_load_si512(const void *p)
+{
+  emu_m512i r;
+  emu_aligned(p);
+  memcpy(r.i, p, sizeof r.i);
+  return r;
+}
+EMU __m128i emu_maskz_loadu_epi8(__mmask16 k, const void *p)
+{
+  unsigned char b[16];
+  EMU_EACH b[l] = EMU_ON(k) ? ((const unsigned char *)p)[l] : 0;
+  return _mm_loadu_si128((const __m128i *)b);
+}
+EMU emu_m512i emu_cvtepu8_epi32(__m128i a)
+{
+  unsigned char b[16];
+  emu_m512i r;
+  _mm_storeu_si128((__m128i *)b, a);
+  EMU_EACH r.i[l] = b[l];
+  return r;
+}
+EMU emu_m512 emu_mask_i32gather_ps(emu_m512 src, __mmask16 k, emu_m512i idx, const void *base, int scale)
+{
+  EMU_EACH if (EMU_ON(k)) memcpy(&src.f[l], (const char *)base + (long)idx.i[l] * scale, sizeof(float));
+  return src;
+}
+
+/* ---- arithmetic ---- */
+#define EMU_BINARY(name, expr)                                                                                       \
+  EMU emu_m512 name(emu_m512 a, emu_m512 b)                                                                          \
+  {                                                                                                                  \
+    emu_m512 r;                                                                                                      \
+    EMU_EACH r.f[l] = (expr);                                                                                        \
+    return r;                                                                                                        \
+  }
+EMU_BINARY(emu_add_ps, a.f[l] + b.f[l])
+EMU_BINARY(emu_sub_ps, a.f[l] - b.f[l])
+EMU_BINARY(emu_mul_ps, a.f[l] * b.f[l])
+EMU_BINARY(emu_div_ps, a.f[l] / b.f[l])
+/* vmaxps/vminps return the second operand when either is NaN */
+EMU_BINARY(emu_max_ps, a.f[l] > b.f[l] ? a.f[l] : b.f[l])
+EMU_BINARY(emu_min_ps, a.f[l] < b.f[l] ? a.f[l] : b.f[l])
+EMU emu_m512 emu_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c)
+{
+  EMU_EACH c.f[l] = fmaf(a.f[l], b.f[l], c.f[l]);
+  return c;
+}
+EMU emu_m512 emu_fnmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c)
+{
+  EMU_EACH c.f[l] = fmaf(-a.f[l], b.f[l], c.f[l]);
+  return c;
+}
+EMU emu_m512i emu_add_epi32(emu_m512i a, emu_m512i b)
+{
+  EMU_EACH a.i[l] = (int32_t)((uint32_t)a.i[l] + (uint32_t)b.i[l]);
+  return a;
+}
+EMU emu_m512 emu_roundscale_ps(emu_m512 a, int imm)
+{
+  if (imm & 0xF4) abort(); /* only scale 0 with an explicit rounding mode is modelled */
+  EMU_EACH
+  {
+    float x = a.f[l];
+    switch (imm & 3) {
+    case 0: x = nearbyintf(x); break; /* the default mode: to nearest, ties to even */
+    case 1: x = floorf(x); break;
+    case 2: x = ceilf(x); break;
+    default: x = truncf(x); break;
+    }
+    a.f[l] = x;
+  }
+  return a;
+}
+EMU emu_m512 emu_scalef_ps(emu_m512 a, emu_m512 b) /* a * 2^floor(b) */
+{
+  EMU_EACH
+  {
+    float e = floorf(b.f[l]);
+    if (isnan(a.f[l]) || isnan(e)) a.f[l] = a.f[l] + e;
+    else a.f[l] = ldexpf(a.f[l], e > 300.0f ? 300 : e < -300.0f ? -300 : (int)e);
+  }
+  return a;
+}
+
+/* ---- masks, compares, blends ---- */
+EMU int emu_cmp_ps_one(float a, float b, int pred)
+{
+  int unord = isnan(a) || isnan(b);
+  switch (pred & 15) { /* the signalling bit (0x10) only changes exceptions */
+  case 0: return !unord && a == b;   /* EQ_OQ */
+  case 1: return !unord && a < b;    /* LT_OS */
+  case 2: return !unord && a <= b;   /* LE_OS */
+  case 3: return unord;              /* UNORD_Q */
+  case 4: return unord || a != b;    /* NEQ_UQ */
+  case 5: return unord || !(a < b);  /* NLT_US */
+  case 6: return unord || !(a <= b); /* NLE_US */
+  case 7: return !unord;             /* ORD_Q */
+  case 8: return unord || a == b;    /* EQ_UQ */
+  case 9: return unord || !(a >= b); /* NGE_US */
+  case 10: return unord || !(a > b); /* NGT_US */
+  case 11: return 0;                 /* FALSE_OQ */
+  case 12: return !unord && a != b;  /* NEQ_OQ */
+  case 13: return !unord && a >= b;  /* GE_OS */
+  case 14: return !unord && a > b;   /* GT_OS */
+  default: return 1;                 /* TRUE_UQ */
+  }
+}
+EMU __mmask16 emu_cmp_ps_mask(emu_m512 a, emu_m512 b, int pred)
+{
+  unsigned k = 0;
+  EMU_EACH k |= (unsigned)emu_cmp_ps_one(a.f[l], b.f[l], pred) << l;
+  return (__mmask16)k;
+}
+EMU __mmask16 emu_cmp_epi32_mask(emu_m512i a, emu_m512i b, int pred)
+{
+  unsigned k = 0;
+  EMU_EACH
+  {
+    int32_t x = a.i[l], y = b.i[l];
+    int on;
+    switch (pred & 7) {
+    case 0: on = x == y; break; /* _MM_CMPINT_EQ */
+    case 1: on = x < y; break;  /* LT */
+    case 2: on = x <= y; break; /* LE */
+    case 3: on = 0; break;      /* FALSE */
+    case 4: on = x != y; break; /* NE */
+    case 5: on = x >= y; break; /* NLT */
+    case 6: on = x > y; break;  /* NLE */
+    default: on = 1; break;     /* TRUE */
+    }
+    k |= (unsigned)on << l;
+  }
+  return (__mmask16)k;
+}
+EMU emu_m512 emu_mask_mov_ps(emu_m512 src, __mmask16 k, emu_m512 a)
+{
+  EMU_EACH if (EMU_ON(k)) src.f[l] = a.f[l];
+  return src;
+}
+EMU emu_m512 emu_maskz_mov_ps(__mmask16 k, emu_m512 a) { return emu_mask_mov_ps(emu_setzero_ps(), k, a); }
+EMU emu_m512 emu_mask_blend_ps(__mmask16 k, emu_m512 a, emu_m512 b) { return emu_mask_mov_ps(a, k, b); }
+EMU emu_m512 emu_mask_add_ps(emu_m512 src, __mmask16 k, emu_m512 a, emu_m512 b)
+{
+  return emu_mask_mov_ps(src, k, emu_add_ps(a, b));
+}
+
+/* ---- horizontal: GCC's sequence halves the vector each step ---- */
+EMU float emu_reduce_add_ps(emu_m512 a)
+{
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; l++) a.f[l] = a.f[l] + a.f[l + w];
+  return a.f[0];
+}
+EMU float emu_reduce_max_ps(emu_m512 a)
+{
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; l++) a.f[l] = a.f[l] > a.f[l + w] ? a.f[l] : a.f[l + w];
+  return a.f[0];
+}
+
+/* ---- shuffles, within each 128-bit lane or across them ---- */
+EMU emu_m512 emu_unpacklo_ps(emu_m512 a, emu_m512 b)
+{
+  emu_m512 r;
+  for (int q = 0; q < 16; q += 4) {
+    r.f[q + 0] = a.f[q + 0];
+    r.f[q + 1] = b.f[q + 0];
+    r.f[q + 2] = a.f[q + 1];
+    r.f[q + 3] = b.f[q + 1];
+  }
+  return r;
+}
+EMU emu_m512 emu_unpackhi_ps(emu_m512 a, emu_m512 b)
+{
+  emu_m512 r;
+  for (int q = 0; q < 16; q += 4) {
+    r.f[q + 0] = a.f[q + 2];
+    r.f[q + 1] = b.f[q + 2];
+    r.f[q + 2] = a.f[q + 3];
+    r.f[q + 3] = b.f[q + 3];
+  }
+  return r;
+}
+EMU emu_m512 emu_shuffle_ps(emu_m512 a, emu_m512 b, int imm)
+{
+  emu_m512 r;
+  for (int q = 0; q < 16; q += 4) {
+    r.f[q + 0] = a.f[q + (imm & 3)];
+    r.f[q + 1] = a.f[q + ((imm >> 2) & 3)];
+    r.f[q + 2] = b.f[q + ((imm >> 4) & 3)];
+    r.f[q + 3] = b.f[q + ((imm >> 6) & 3)];
+  }
+  return r;
+}
+EMU emu_m512 emu_shuffle_f32x4(emu_m512 a, emu_m512 b, int imm)
+{
+  emu_m512 r;
+  for (int q = 0; q < 4; q++) {
+    const emu_m512 *s = q < 2 ? &a : &b;
+    int from = (imm >> (2 * q)) & 3;
+    memcpy(&r.f[4 * q], &s->f[4 * from], 4 * sizeof(float));
+  }
+  return r;
+}
+
+#undef EMU_BINARY
+
+/* ---- the renames ---- */
+#undef __m512
+#undef __m512i
+#define __m512 emu_m512
+#define __m512i emu_m512i
+#undef _mm512_set1_ps
+#undef _mm512_setzero_ps
+#undef _mm512_load_ps
+#undef _mm512_loadu_ps
+#undef _mm512_store_ps
+#undef _mm512_storeu_ps
+#undef _mm512_maskz_loadu_ps
+#undef _mm512_mask_storeu_ps
+#undef _mm512_set1_epi32
+#undef _mm512_setzero_si512
+#undef _mm512_setr_epi32
+#undef _mm512_load_si512
+#undef _mm_maskz_loadu_epi8
+#undef _mm512_cvtepu8_epi32
+#undef _mm512_mask_i32gather_ps
+#undef _mm512_add_ps
+#undef _mm512_sub_ps
+#undef _mm512_mul_ps
+#undef _mm512_div_ps
+#undef _mm512_max_ps
+#undef _mm512_min_ps
+#undef _mm512_fmadd_ps
+#undef _mm512_fnmadd_ps
+#undef _mm512_add_epi32
+#undef _mm512_roundscale_ps
+#undef _mm512_scalef_ps
+#undef _mm512_cmp_ps_mask
+#undef _mm512_cmp_epi32_mask
+#undef _mm512_mask_mov_ps
+#undef _mm512_maskz_mov_ps
+#undef _mm512_mask_blend_ps
+#undef _mm512_mask_add_ps
+#undef _mm512_reduce_add_ps
+#undef _mm512_reduce_max_ps
+#undef _mm512_unpacklo_ps
+#undef _mm512_unpackhi_ps
+#undef _mm512_shuffle_ps
+#undef _mm512_shuffle_f32x4
+#define _mm512_set1_ps emu_set1_ps
+#define _mm512_setzero_ps emu_setzero_ps
+#define _mm512_load_ps emu_load_ps
+#define _mm512_loadu_ps emu_loadu_ps
+#define _mm512_store_ps emu_store_ps
+#define _mm512_storeu_ps emu_storeu_ps
+#define _mm512_maskz_loadu_ps emu_maskz_loadu_ps
+#define _mm512_mask_storeu_ps emu_mask_storeu_ps
+#define _mm512_set1_epi32 emu_set1_epi32
+#define _mm512_setzero_si512 emu_setzero_si512
+#define _mm512_setr_epi32 emu_setr_epi32
+#define _mm512_load_si512 emu_load_si512
+#define _mm_maskz_loadu_epi8 emu_maskz_loadu_epi8
+#define _mm512_cvtepu8_epi32 emu_cvtepu8_epi32
+#define _mm512_mask_i32gather_ps emu_mask_i32gather_ps
+#define _mm512_add_ps emu_add_ps
+#define _mm512_sub_ps emu_sub_ps
+#define _mm512_mul_ps emu_mul_ps
+#define _mm512_div_ps emu_div_ps
+#define _mm512_max_ps emu_max_ps
+#define _mm512_min_ps emu_min_ps
+#define _mm512_fmadd_ps emu_fmadd_ps
+#define _mm512_fnmadd_ps emu_fnmadd_ps
+#define _mm512_add_epi32 emu_add_epi32
+#define _mm512_roundscale_ps emu_roundscale_ps
+#define _mm512_scalef_ps emu_scalef_ps
+#define _mm512_cmp_ps_mask emu_cmp_ps_mask
+#define _mm512_cmp_epi32_mask emu_cmp_epi32_mask
+#define _mm512_mask_mov_ps emu_mask_mov_ps
+#define _mm512_maskz_mov_ps emu_maskz_mov_ps
+#define _mm512_mask_blend_ps emu_mask_blend_ps
+#define _mm512_mask_add_ps emu_mask_add_ps
+#define _mm512_reduce_add_ps emu_reduce_add_ps
+#define _mm512_reduce_max_ps emu_reduce_max_ps
+#define _mm512_unpacklo_ps emu_unpacklo_ps
+#define _mm512_unpackhi_ps emu_unpackhi_ps
+#define _mm512_shuffle_ps emu_shuffle_ps
+#define _mm512_shuffle_f32x4 emu_shuffle_f32x4
+
+#endif
