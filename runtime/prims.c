@@ -75,7 +75,7 @@ long attnc_prims_attend_work(long rows, long c)
   long cp = round16(c), r16 = round16(rows);
   /* the larger of the two AVX-512 layouts (attend_cols: O, M, L, S, Kt, Q;
    * attend_rows: O, QT, ST, M, L, A, LO, HI, BO, MX), the AVX2 one (those
-   * of attend_rows, then VT and TS) and the generic one */
+   * of attend_rows, then TS) and the generic one */
   return r16 * cp + 8 * r16 + r16 * ATTNC_ATTEND_KT + cp * ATTNC_ATTEND_KT + r16 * cp + 64;
 }
 

@@ -467,7 +467,8 @@ INLINE void pv_kernel(const int MR, const int NVV, long kt, const float *P, long
 
 /* O[rows][:c] = alpha O + P[rows][:kt] . V[:kt][:c] in register blocks of
  * 6 rows x 16 values, or 4 rows (and fewer) x 24: 12 accumulators either
- * way, and a decode tile of 4 rows passes over its v rows 6 times, not 8. */
+ * way, and a decode tile of 4 rows passes over its v rows 6 times, not 8.
+ * Decode tiles (8 rows at most) only: larger ones take pvT_all. */
 static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *alpha,
                    const float *v, long v_stride, long nv, long tail)
 {
@@ -489,6 +490,68 @@ static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *
   }
       if (nvv == 3) { PV_ROWS(3) } else if (nvv == 2) { PV_ROWS(2) } else { PV_ROWS(1) }
 #undef PV_ROWS
+    }
+  }
+}
+
+/* The same weighted sum with the output transposed like the scores:
+ * OT[d][r] = alpha_r OT[d][r] + sum_j V[j][d] P[r][j], P[r][j] = ST[j][r].
+ * A block of NC values x NU row vectors loads NU probability vectors and
+ * broadcasts NC elements of v per key: 7 loads for 12 FMAs at 4 x 3.  A
+ * broadcast reads v wherever it lies, as the q.k kernel reads k: v rows
+ * that are not 32-byte aligned (a caller's tensor from malloc is
+ * 16-aligned) need no aligned copy of each key tile, which pv_all's
+ * vector loads did (3% of core B on one thread).  Padding lanes are
+ * computed too, and never read. */
+INLINE void pvT_kernel(const int NC, const int NU, long kt, const float *ST, long r8, float *OT, const float *alpha,
+                       const float *v, long v_stride)
+{
+  __m256 acc[4][3];
+  long j;
+  int i, u;
+  for (u = 0; u < NU; u++) {
+    const __m256 a = alpha ? _mm256_load_ps(alpha + u * 8) : _mm256_setzero_ps();
+    for (i = 0; i < NC; i++) {
+      const __m256 o = _mm256_load_ps(OT + i * r8 + u * 8);
+      acc[i][u] = alpha ? _mm256_mul_ps(a, o) : o;
+    }
+  }
+  for (j = 0; j < kt; j++) {
+    __m256 p[3];
+    for (u = 0; u < NU; u++) p[u] = _mm256_load_ps(ST + j * r8 + u * 8);
+    for (i = 0; i < NC; i++) {
+      const __m256 vb = _mm256_broadcast_ss(v + j * v_stride + i);
+      for (u = 0; u < NU; u++) acc[i][u] = _mm256_fmadd_ps(vb, p[u], acc[i][u]);
+    }
+  }
+  for (i = 0; i < NC; i++)
+    for (u = 0; u < NU; u++) _mm256_store_ps(OT + i * r8 + u * 8, acc[i][u]);
+}
+
+static void pvT_all(long nrv, long kt, const float *ST, long r8, float *OT, const float *alpha, const float *v,
+                    long v_stride, long c)
+{
+  long rv0, d0;
+  for (d0 = 0; d0 < c; d0 += 4) {
+    const long nc = c - d0 < 4 ? c - d0 : 4;
+    for (rv0 = 0; rv0 < nrv; rv0 += 3) {
+      const long nu = nrv - rv0 < 3 ? nrv - rv0 : 3;
+      const float *st = ST + rv0 * 8, *a = alpha ? alpha + rv0 * 8 : NULL;
+      float *ot = OT + d0 * r8 + rv0 * 8;
+      const float *vd = v + d0;
+#define PVT_NU(NC)                                                          \
+  switch (nu) {                                                             \
+  case 3: pvT_kernel(NC, 3, kt, st, r8, ot, a, vd, v_stride); break;        \
+  case 2: pvT_kernel(NC, 2, kt, st, r8, ot, a, vd, v_stride); break;        \
+  default: pvT_kernel(NC, 1, kt, st, r8, ot, a, vd, v_stride); break;       \
+  }
+      switch (nc) {
+      case 4: PVT_NU(4) break;
+      case 3: PVT_NU(3) break;
+      case 2: PVT_NU(2) break;
+      default: PVT_NU(1) break;
+      }
+#undef PVT_NU
     }
   }
 }
@@ -531,8 +594,7 @@ static void attend_rows(const attnc_tile *t)
   float *O = t->work, *QT = O + r8 * cp, *ST = QT + cp * r8, *M = ST + KT * r8, *L = M + r8, *A = L + r8;
   int *LO = (int *)(A + r8), *HI = LO + r8, *BO = HI + r8;
   float *MX = (float *)(BO + r8); /* the column max of the scores, from the q.k kernel */
-  float *VT = MX + r8;            /* a key tile of v, copied (see v_copy), rows cp apart */
-  float *TS = VT + KT * cp;       /* a tile's sums of probabilities (the stale-max path) */
+  float *TS = MX + r8;            /* a tile's sums of probabilities (the stale-max path) */
   const long tail = c - (nv - 1) * 8;
   const __m256 ninf = _mm256_set1_ps(-INFINITY), nan = _mm256_set1_ps(NAN), zero = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi32(-1);
@@ -544,11 +606,10 @@ static void attend_rows(const attnc_tile *t)
   int m_finite = 0; /* every lane's running max is a number (not -inf, not NaN) */
 
   attnc_prims_rows_begin(t, r8, O, cp, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
+  /* O: rows of the output (decoding), else transposed like the scores,
+   * OT[d][r] (see pvT_all) */
+  if (!few) memset(O, 0, sizeof(float) * (size_t)(cp * r8));
 
-  /* v rows that are not 32-byte aligned (a caller's tensor from malloc is
-   * 16-aligned) make every other load of p.v span two cache lines: copy
-   * each key tile of them to aligned rows first (its loads then hit L1) */
-  const int v_copy = !few && (((unsigned long)t->v & 31) != 0 || (t->v_stride & 7) != 0);
   const int pf = few || t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
   if (pf && jmin <= jmax) { /* the first key tile, while the queries are transposed */
     const long j1 = jmax + 1 < jmin + KT ? jmax + 1 : jmin + KT;
@@ -668,14 +729,21 @@ static void attend_rows(const attnc_tile *t)
       m_finite = _mm256_movemask_ps(ok) == 0xff;
     }
     /* 8. weighted sum: O = alpha O + P V, P[r][j] = ST[j][r] */
-    if (v_copy) {
-      for (j = 0; j < kt; j++) memcpy(VT + j * cp, t->v + (j0 + j) * t->v_stride, sizeof(float) * c);
-      pv_all(rows, kt, ST, 1, r8, O, cp, stale ? NULL : A, VT, cp, nv, tail);
-    } else {
-      pv_all(rows, kt, ST, 1, r8, O, cp, stale ? NULL : A, t->v + j0 * t->v_stride, t->v_stride, nv, tail);
-    }
+    if (few) pv_all(rows, kt, ST, 1, r8, O, cp, A, t->v + j0 * t->v_stride, t->v_stride, nv, tail);
+    else pvT_all(nrv, kt, ST, r8, O, stale ? NULL : A, t->v + j0 * t->v_stride, t->v_stride, c);
   }
 
+  if (!few) { /* OT back to rows, in 8 x 8 blocks, into QT's place */
+    for (rv = 0; rv < nrv; rv++)
+      for (d = 0; d < cp; d += 8) {
+        __m256 x[8];
+        int u;
+        for (u = 0; u < 8; u++) x[u] = _mm256_load_ps(O + (d + u) * r8 + rv * 8);
+        transpose8(x);
+        for (u = 0; u < 8; u++) _mm256_store_ps(QT + (rv * 8 + u) * cp + d, x[u]);
+      }
+    O = QT;
+  }
   finish_rows(t, O, cp, M, L);
 }
 

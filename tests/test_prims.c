@@ -305,6 +305,7 @@ static void test_prims_attend(void **state)
     { 11, 1, 40, 77, 3, 1, 1, -5, 0, 1, 1, 0, 1, 0 },   /* rows in one partial vector, causal window */
     { 256, 4, 64, 150, 0, 0, 1, 0, 20, 1, 1, 1, 1, 0 }, /* GQA: 16 row vectors, bottom-right causal */
     { 80, 8, 16, 64, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },    /* 5 row vectors of narrow heads */
+    { 45, 1, 19, 140, 0, 0, 1, 0, 3, 0, 0, 0, 1, 0 },   /* c = 4k + 3, rows in 6 vectors (AVX2 p.v blocks) */
     /* no mask (and a bias laid out like the scores, or none): the AVX2
      * kernel's stale max (STALE_MAX) after the first key tile */
     { 64, 1, 64, 300, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },
