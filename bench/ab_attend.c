@@ -1,0 +1,121 @@
+/* ab_attend: this tree's attention primitive against another revision's,
+ * interleaved in one process (bench/ab_attend.sh builds it).  On a shared
+ * machine whose speed moves by half between minutes, two programs timed
+ * one after the other compare the minutes, not the code; here each
+ * repetition runs the old and then the new primitive on the same tensors,
+ * so both see the same machine.
+ *
+ *     ab_attend C NK V_OFFSET REPS HEADS [BIAS]
+ *
+ * HEADS heads of NK queries (in 64-row tiles) against NK keys of C floats,
+ * each head one contiguous block; k and v start V_OFFSET floats past a
+ * 64-byte boundary (4: a caller's malloc'd tensor).  BIAS = 1 adds a bias
+ * laid out like the scores (shared by the heads, as AlphaFold's pair bias
+ * is by a batch).  Prints the best and median time of each and the ratios
+ * new / old (below 1: the new code is faster). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "prims.h"
+
+/* the other revision's primitives, their symbols renamed by ab_attend.sh */
+void ab_old_attend_avx2(const attnc_tile *t);
+void ab_old_attend_avx512(const attnc_tile *t);
+
+static double now(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static float *floats(long n, unsigned seed)
+{
+  void *p = NULL;
+  float *f;
+  long i;
+  if (posix_memalign(&p, 64, sizeof(float) * (size_t)(n + 64)) != 0) {
+    fprintf(stderr, "ab_attend: out of memory\n");
+    exit(1);
+  }
+  f = p;
+  for (i = 0; i < n + 64; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    f[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return f;
+}
+
+static long arg(const char *s, long lo, long hi, const char *what)
+{
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (*s == 0 || *end != 0 || v < lo || v > hi) {
+    fprintf(stderr, "ab_attend: %s must be a whole number from %ld to %ld, got '%s'\n", what, lo, hi, s);
+    exit(2);
+  }
+  return v;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+  const attnc_prims *P = attnc_prims_get();
+  static double t[2][2000];
+  const long rows = 64;
+  long c, nk, off, heads, h, i0;
+  int reps, r, w, bias;
+  float *q, *k, *v, *o, *b, *work;
+  double flops;
+  void (*old_attend)(const attnc_tile *) = strcmp(P->isa, "avx512") == 0 ? ab_old_attend_avx512
+                                           : strcmp(P->isa, "avx2") == 0 ? ab_old_attend_avx2
+                                                                         : NULL;
+  if (argc != 6 && argc != 7) {
+    fprintf(stderr, "usage: ab_attend C NK V_OFFSET REPS HEADS [BIAS]\n");
+    return 2;
+  }
+  c = arg(argv[1], 1, 4096, "C"), nk = arg(argv[2], 1, 1L << 16, "NK"), off = arg(argv[3], 0, 63, "V_OFFSET");
+  reps = (int)arg(argv[4], 1, 2000, "REPS"), heads = arg(argv[5], 1, 256, "HEADS");
+  bias = argc == 7 ? (int)arg(argv[6], 0, 1, "BIAS") : 0;
+  if (!old_attend) {
+    fprintf(stderr, "ab_attend: the %s primitives are not compared (only avx2 and avx512)\n", P->isa);
+    return 2;
+  }
+  q = floats(heads * nk * c, 1), k = floats(heads * nk * c, 2) + off, v = floats(heads * nk * c, 3) + off;
+  o = floats(heads * nk * c, 4), b = floats(nk * nk, 5), work = floats(P->attend_work(rows, c), 6);
+  for (r = -2; r < reps; r++) /* two warm-ups */
+    for (w = 0; w < 2; w++) {
+      const double a = now();
+      for (h = 0; h < heads; h++)
+        for (i0 = 0; i0 < nk; i0 += rows) {
+          const long hb = h * nk * c;
+          attnc_tile tile;
+          memset(&tile, 0, sizeof tile);
+          tile.q = q + hb + i0 * c, tile.q_stride = c, tile.q_hstride = c, tile.q_group = 1;
+          tile.k = k + hb, tile.k_stride = c, tile.v = v + hb, tile.v_stride = c;
+          tile.o = o + hb + i0 * c, tile.o_stride = c, tile.o_hstride = c;
+          tile.rows = nk - i0 < rows ? nk - i0 : rows, tile.i0 = i0, tile.c = c;
+          tile.nk = nk, tile.k_begin = 0, tile.k_end = nk, tile.scale = 0.125f, tile.work = work;
+          if (bias) tile.bias = b, tile.bias_i = 1, tile.bias_j = nk; /* bias[j][i]: along the rows */
+          if (w) P->attend(&tile);
+          else old_attend(&tile);
+        }
+      if (r >= 0) t[w][r] = now() - a;
+    }
+  flops = 4.0 * (double)nk * (double)nk * (double)c * (double)heads;
+  for (w = 0; w < 2; w++) {
+    qsort(t[w], (size_t)reps, sizeof(double), cmp_double);
+    printf("%s (%s): best %.4f ms (%.1f GFLOP/s), median %.4f ms\n", w ? "new" : "old", P->isa, t[w][0] * 1e3,
+           flops / t[w][0] * 1e-9, t[w][reps / 2] * 1e3);
+  }
+  printf("new / old: best %.4f, median %.4f\n", t[1][0] / t[0][0], t[1][reps / 2] / t[0][reps / 2]);
+  return 0;
+}
