@@ -10,8 +10,10 @@
  * HEADS heads of NK queries (in 64-row tiles) against NK keys of C floats,
  * each head one contiguous block; k and v start V_OFFSET floats past a
  * 64-byte boundary (4: a caller's malloc'd tensor).  BIAS = 1 adds a bias
- * laid out like the scores (shared by the heads, as AlphaFold's pair bias
- * is by a batch).  Prints the best and median time of each and the ratios
+ * laid out like the scores, one for all heads (in cache, as AlphaFold's
+ * pair bias is across a batch when heads run one by one); BIAS = 2 one
+ * per head (HEADS x NK x NK floats streamed, as a batch element's heads
+ * read them).  Prints the best and median time of each and the ratios
  * new / old (below 1: the new code is faster). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -84,13 +86,13 @@ int main(int argc, char **argv)
   }
   c = arg(argv[1], 1, 4096, "C"), nk = arg(argv[2], 1, 1L << 16, "NK"), off = arg(argv[3], 0, 63, "V_OFFSET");
   reps = (int)arg(argv[4], 1, 2000, "REPS"), heads = arg(argv[5], 1, 256, "HEADS");
-  bias = argc == 7 ? (int)arg(argv[6], 0, 1, "BIAS") : 0;
+  bias = argc == 7 ? (int)arg(argv[6], 0, 2, "BIAS") : 0;
   if (!old_attend) {
     fprintf(stderr, "ab_attend: the %s primitives are not compared (only avx2 and avx512)\n", P->isa);
     return 2;
   }
   q = floats(heads * nk * c, 1), k = floats(heads * nk * c, 2) + off, v = floats(heads * nk * c, 3) + off;
-  o = floats(heads * nk * c, 4), b = floats(nk * nk, 5), work = floats(P->attend_work(rows, c), 6);
+  o = floats(heads * nk * c, 4), b = floats(heads * nk * nk, 5), work = floats(P->attend_work(rows, c), 6);
   for (r = -2; r < reps; r++) /* two warm-ups */
     for (w = 0; w < 2; w++) {
       const double a = now();
@@ -104,7 +106,8 @@ int main(int argc, char **argv)
           tile.o = o + hb + i0 * c, tile.o_stride = c, tile.o_hstride = c;
           tile.rows = nk - i0 < rows ? nk - i0 : rows, tile.i0 = i0, tile.c = c;
           tile.nk = nk, tile.k_begin = 0, tile.k_end = nk, tile.scale = 0.125f, tile.work = work;
-          if (bias) tile.bias = b, tile.bias_i = 1, tile.bias_j = nk; /* bias[j][i]: along the rows */
+          if (bias) /* bias[j][i]: along the rows */
+            tile.bias = b + (bias == 2 ? h * nk * nk : 0), tile.bias_i = 1, tile.bias_j = nk;
           if (w) P->attend(&tile);
           else old_attend(&tile);
         }
