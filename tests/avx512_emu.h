@@ -245,28 +245,20 @@ EMU float emu_reduce_max_ps(emu_m512 a)
 }
 
 /* ---- shuffles, within each 128-bit lane or across them ---- */
-EMU emu_m512 emu_unpacklo_ps(emu_m512 a, emu_m512 b)
+/* unpacklo (from = 0) and unpackhi (from = 2): a[f] b[f] a[f+1] b[f+1] per lane */
+EMU emu_m512 emu_unpack_ps(emu_m512 a, emu_m512 b, int from)
 {
   emu_m512 r;
   for (int q = 0; q < 16; q += 4) {
-    r.f[q + 0] = a.f[q + 0];
-    r.f[q + 1] = b.f[q + 0];
-    r.f[q + 2] = a.f[q + 1];
-    r.f[q + 3] = b.f[q + 1];
+    r.f[q + 0] = a.f[q + from];
+    r.f[q + 1] = b.f[q + from];
+    r.f[q + 2] = a.f[q + from + 1];
+    r.f[q + 3] = b.f[q + from + 1];
   }
   return r;
 }
-EMU emu_m512 emu_unpackhi_ps(emu_m512 a, emu_m512 b)
-{
-  emu_m512 r;
-  for (int q = 0; q < 16; q += 4) {
-    r.f[q + 0] = a.f[q + 2];
-    r.f[q + 1] = b.f[q + 2];
-    r.f[q + 2] = a.f[q + 3];
-    r.f[q + 3] = b.f[q + 3];
-  }
-  return r;
-}
+EMU emu_m512 emu_unpacklo_ps(emu_m512 a, emu_m512 b) { return emu_unpack_ps(a, b, 0); }
+EMU emu_m512 emu_unpackhi_ps(emu_m512 a, emu_m512 b) { return emu_unpack_ps(a, b, 2); }
 EMU emu_m512 emu_shuffle_ps(emu_m512 a, emu_m512 b, int imm)
 {
   emu_m512 r;
