@@ -5,8 +5,11 @@
 #
 # One row per case of bench/cases.json; when run.sh made several rounds, each
 # peer's best round (lowest median) counts, the same rule for all three:
-#   case | attnc ms | pytorch ms | ort ms (op) | ratio | target | met?
+#   case | attnc ms | pytorch ms | ort ms (op) | ratio | rounds | target | met?
 # ratio = the fastest peer's median / attnc's median (> 1: attnc is faster);
+# rounds = the lowest and highest of the same ratio taken within each round
+# (all three timed minutes apart at most), which shows how much of a ratio
+# is the machine's noise;
 # met? compares it with the target; core B must also reach its share
 # of the FMA peak (--peak-gflops: run.sh passes the peak build/fma_peak
 # measured in the same run; without it, 250 per thread, the figure
@@ -60,6 +63,22 @@ def main():
                 msg = "%s skipped: %s" % (line.get("peer"), line["skipped"])
                 if msg not in notes:
                     notes.append(msg)
+    # the ratio within each round: the fastest peer's median that round /
+    # attnc's median that round
+    by_round = {}  # case -> round -> peer -> median
+    for (cid, peer), lines in res.items():
+        for l in lines:
+            if "median_ms" in l and "round" in l:
+                by_round.setdefault(cid, {}).setdefault(l["round"], {})[peer] = l["median_ms"]
+    round_ratios = {}
+    for cid, rounds_ in by_round.items():
+        rr = []
+        for meds in rounds_.values():
+            peer_ms = [meds[p] for p in ("pytorch", "ort") if p in meds]
+            if meds.get("attnc") and peer_ms:
+                rr.append(min(peer_ms) / meds["attnc"])
+        if len(rr) > 1:
+            round_ratios[cid] = (min(rr), max(rr))
     # several rounds: each peer's best round counts (lowest median), and the
     # spread max/min of its round medians says how noisy the machine was
     spread = {}
@@ -76,7 +95,7 @@ def main():
         threads = next((l.get("threads") for (c, p), l in res.items() if p == "attnc" and l.get("threads")), 1)
     peak = a.peak_gflops if a.peak_gflops else 250.0 * threads
 
-    head = ["case", "attnc ms", "pytorch ms", "ort ms (op)", "ratio", "target", "met?"]
+    head = ["case", "attnc ms", "pytorch ms", "ort ms (op)", "ratio", "rounds", "target", "met?"]
     rows = []
     footnotes = []
     n_met = n_rated = 0
@@ -130,8 +149,10 @@ def main():
         if met is not None and len(peers) < 2:
             met_cell += "*"
             partial = True
+        rr = round_ratios.get(cid)
         rows.append([c["label"], cell(at), cell(pt), ort_cell,
-                     "%.2fx" % ratio if ratio is not None else "-", target, met_cell])
+                     "%.2fx" % ratio if ratio is not None else "-",
+                     "%.2f-%.2fx" % rr if rr else "-", target, met_cell])
 
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
 
@@ -144,6 +165,8 @@ def main():
     print()
     print("ratio = fastest peer's median / attnc's median (above 1: attnc is faster); %d of %d targets met"
           % (n_met, n_rated))
+    if round_ratios:
+        print("rounds = the lowest and highest ratio within one round (the three timed back to back)")
     rounds = {k: v for k, v in spread.items() if v is not None}
     if rounds:
         worst = {}
