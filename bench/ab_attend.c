@@ -5,7 +5,7 @@
  * repetition runs the old and then the new primitive on the same tensors,
  * so both see the same machine.
  *
- *     ab_attend C NK V_OFFSET REPS HEADS [BIAS]
+ *     ab_attend C NK V_OFFSET REPS HEADS [BIAS [CAUSAL]]
  *
  * HEADS heads of NK queries (in 64-row tiles) against NK keys of C floats,
  * each head one contiguous block; k and v start V_OFFSET floats past a
@@ -13,7 +13,8 @@
  * laid out like the scores, one for all heads (in cache, as AlphaFold's
  * pair bias is across a batch when heads run one by one); BIAS = 2 one
  * per head (HEADS x NK x NK floats streamed, as a batch element's heads
- * read them).  Prints the best and median time of each and the ratios
+ * read them).  CAUSAL = 1: key j visible to query i iff j <= i, each tile's
+ * keys ending at its last row (the work counted is still dense).  Prints the best and median time of each and the ratios
  * new / old (below 1: the new code is faster). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -74,19 +75,20 @@ int main(int argc, char **argv)
   static double t[2][2000];
   const long rows = 64;
   long c, nk, off, heads, h, i0;
-  int reps, r, w, bias;
+  int reps, r, w, bias, causal;
   float *q, *k, *v, *o, *b, *work;
   double flops;
   void (*old_attend)(const attnc_tile *) = strcmp(P->isa, "avx512") == 0 ? ab_old_attend_avx512
                                            : strcmp(P->isa, "avx2") == 0 ? ab_old_attend_avx2
                                                                          : NULL;
-  if (argc != 6 && argc != 7) {
-    fprintf(stderr, "usage: ab_attend C NK V_OFFSET REPS HEADS [BIAS]\n");
+  if (argc < 6 || argc > 8) {
+    fprintf(stderr, "usage: ab_attend C NK V_OFFSET REPS HEADS [BIAS [CAUSAL]]\n");
     return 2;
   }
   c = arg(argv[1], 1, 4096, "C"), nk = arg(argv[2], 1, 1L << 16, "NK"), off = arg(argv[3], 0, 63, "V_OFFSET");
   reps = (int)arg(argv[4], 1, 2000, "REPS"), heads = arg(argv[5], 1, 256, "HEADS");
-  bias = argc == 7 ? (int)arg(argv[6], 0, 2, "BIAS") : 0;
+  bias = argc >= 7 ? (int)arg(argv[6], 0, 2, "BIAS") : 0;
+  causal = argc == 8 ? (int)arg(argv[7], 0, 1, "CAUSAL") : 0;
   if (!old_attend) {
     fprintf(stderr, "ab_attend: the %s primitives are not compared (only avx2 and avx512)\n", P->isa);
     return 2;
@@ -106,6 +108,7 @@ int main(int argc, char **argv)
           tile.o = o + hb + i0 * c, tile.o_stride = c, tile.o_hstride = c;
           tile.rows = nk - i0 < rows ? nk - i0 : rows, tile.i0 = i0, tile.c = c;
           tile.nk = nk, tile.k_begin = 0, tile.k_end = nk, tile.scale = 0.125f, tile.work = work;
+          if (causal) tile.has_hi = 1, tile.hi_off = 0, tile.k_end = i0 + tile.rows;
           if (bias) /* bias[j][i]: along the rows */
             tile.bias = b + (bias == 2 ? h * nk * nk : 0), tile.bias_i = 1, tile.bias_j = nk;
           if (w) P->attend(&tile);

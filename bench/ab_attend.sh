@@ -1,5 +1,5 @@
 #!/bin/sh
-# usage: bench/ab_attend.sh REV C NK V_OFFSET REPS HEADS [BIAS]
+# usage: bench/ab_attend.sh REV C NK V_OFFSET REPS HEADS [BIAS [CAUSAL]]
 #
 # Times this tree's attention primitive (build/libattnc.a: run make first)
 # against revision REV's, interleaved in one process by bench/ab_attend.c,
