@@ -196,6 +196,19 @@ static void sweep_features(attnc_backend be)
   assert_int_equal(sw.fails, 0);
 }
 
+/* 1 if the C generated for spec contains needle (generation must succeed). */
+static int generated_has(const char *spec, const char *needle)
+{
+  char *src = NULL, *hdr = NULL;
+  attnc_error e;
+  int has;
+  assert_int_equal(attnc_generate(spec, NULL, &src, &hdr, &e), ATTNC_OK);
+  has = strstr(src, needle) != NULL;
+  free(src);
+  free(hdr);
+  return has;
+}
+
 /* A bias shared by the batch elements (AlphaFold's pair bias) is
  * transposed once per run when the primitives run and there are at least 4
  * batch elements: several query and key tiles, tails of rows, masks, causal
@@ -215,13 +228,8 @@ static void sweep_shared_bias(attnc_backend be)
   struct sweep sw = { 0, 0 };
   size_t i, l;
   for (i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-    char *src = NULL, *hdr = NULL;
-    attnc_error e;
     /* the generator's side: a transposing kernel for all but GQA */
-    assert_int_equal(attnc_generate(specs[i], NULL, &src, &hdr, &e), ATTNC_OK);
-    assert_true((strstr(src, "transpose_bias(") != NULL) == (strncmp(specs[i], "gqa", 3) != 0));
-    free(src);
-    free(hdr);
+    assert_true(generated_has(specs[i], "transpose_bias(") == (strncmp(specs[i], "gqa", 3) != 0));
     for (l = 0; l < sizeof lens / sizeof lens[0]; l++)
       one(&sw, be, specs[i], lens[l], 0, 0.7, 900 + i * 7 + l);
   }
@@ -251,13 +259,9 @@ static void sweep_head_major(attnc_backend be)
   struct sweep sw = { 0, 0 };
   size_t i, l;
   for (i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-    char *src = NULL, *hdr = NULL;
-    attnc_error e;
-    assert_int_equal(attnc_generate(specs[i].spec, NULL, &src, &hdr, &e), ATTNC_OK);
-    if ((strstr(src, "linear_hm(") != NULL) != specs[i].hm) fprintf(stderr, "FAIL head-major or not: %s\n", specs[i].spec);
-    assert_true((strstr(src, "linear_hm(") != NULL) == specs[i].hm);
-    free(src);
-    free(hdr);
+    const int hm = generated_has(specs[i].spec, "linear_hm(");
+    if (hm != specs[i].hm) fprintf(stderr, "FAIL head-major or not: %s\n", specs[i].spec);
+    assert_true(hm == specs[i].hm);
     for (l = 0; l < sizeof lens / sizeof lens[0]; l++)
       one(&sw, be, specs[i].spec, lens[l], 0, 0.7, 1200 + i * 7 + l);
   }
