@@ -110,7 +110,7 @@ void attnc_prims_rows_begin(const attnc_tile *t, long r_pad, float *O, long cp, 
   for (r = 0; r < r_pad; r++) {
     long lo = 1, hi = 0; /* padding lanes see no key */
     if (r < t->rows) {
-      memset(O + r * cp, 0, sizeof(float) * cp);
+      if (O) memset(O + r * cp, 0, sizeof(float) * cp);
       attnc_prims_row_range(t, r, &lo, &hi);
       if (lo <= hi) {
         if (lo < *jmin) *jmin = lo;

@@ -50,7 +50,8 @@ static inline void attnc_prims_row_range(const attnc_tile *t, long r, long *lo, 
 /* The row-across-lanes attention (attend_rows, AVX-512 and AVX2): for each
  * of the r_pad lanes (rows, then padding), its visible key range LO..HI
  * (padding: none), bias offset BO (when there is a bias), running max
- * M = -inf and sum L = 0; O's rows zeroed (cp floats each); and over the
+ * M = -inf and sum L = 0; O's rows zeroed (cp floats each; O = NULL:
+ * none, the caller lays O out otherwise); and over the
  * real rows the keys any row sees (jmin..jmax) and those every row sees
  * (lo_max..hi_min). */
 void attnc_prims_rows_begin(const attnc_tile *t, long r_pad, float *O, long cp, int *LO, int *HI, int *BO, float *M,

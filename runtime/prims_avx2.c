@@ -605,9 +605,9 @@ static void attend_rows(const attnc_tile *t)
   long r, d, rv, j, j0, jmin, jmax, lo_max, hi_min;
   int m_finite = 0; /* every lane's running max is a number (not -inf, not NaN) */
 
-  attnc_prims_rows_begin(t, r8, O, cp, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
   /* O: rows of the output (decoding), else transposed like the scores,
    * OT[d][r] (see pvT_all) */
+  attnc_prims_rows_begin(t, r8, few ? O : NULL, cp, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
   if (!few) memset(O, 0, sizeof(float) * (size_t)(cp * r8));
 
   const int pf = few || t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
