@@ -67,6 +67,14 @@ ifeq ($(AVX512_EMU),1)
 # make check-avx512-emu: the AVX-512 code on a C model of its intrinsics,
 # chosen on any CPU (the library in build/emu is for that check only)
 EMU_OPT ?= -O2
+ifneq ($(OBJ_FROM),)
+# Only prims.o and prims_avx512.o differ from the build in OBJ_FROM (made
+# with the same flags): every other object, the tests' and the CLI's, is
+# taken from there rather than compiled again.
+EMU_OWN := $(B)/obj/prims.o $(B)/obj/prims_avx512.o
+LIB_OBJ := $(filter-out $(EMU_OWN:$(B)/%=$(OBJ_FROM)/%),$(LIB_OBJ:$(B)/%=$(OBJ_FROM)/%)) $(EMU_OWN)
+TOBJ := $(OBJ_FROM)/tobj
+endif
 $(B)/obj/prims_avx512.o: CFLAGS += $(EMU_OPT) -include tests/avx512_emu.h
 $(B)/obj/prims.o: CPPFLAGS += -DATTNC_AVX512_EMU
 $(B)/obj/prims_avx512.o: tests/avx512_emu.h
@@ -98,15 +106,34 @@ $(B)/libattnc.so: $(LIB_OBJ) $(B)/obj/tcc_shim.o runtime/attnc.map
 	@test -f $@
 
 # ---- the CLI (links the float64 reference for `attnc check`) ----
-$(B)/attnc: cli/attnc.c cli/heatmap.c cli/heatmap.h tests/checker.c tests/checker.h tests/reference.c tests/reference.h $(B)/libattnc.a
+# Objects of the CLI and the tests (tests/checker.c and tests/reference.c
+# serve both) are in $(TOBJ), compiled once for every program.
+TOBJ ?= $(B)/tobj
+TEST_HDR := $(wildcard tests/*.h) $(wildcard runtime/*.h) templates/abi.h cli/heatmap.h
+$(B)/tobj/%.o: tests/%.c $(TEST_HDR) | $(B)/.deps
+	@mkdir -p $(B)/tobj
 	@echo "  CC      $@"
-	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -Icli -o $@ cli/attnc.c cli/heatmap.c tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -c -o $@ $<
+$(B)/tobj/cli_%.o: cli/%.c $(TEST_HDR) | $(B)/.deps
+	@mkdir -p $(B)/tobj
+	@echo "  CC      $@"
+	$(Q)$(CC) $(CPPFLAGS) -Itests -Icli $(CFLAGS) -c -o $@ $<
+CHECK_OBJ = $(TOBJ)/checker.o $(TOBJ)/reference.o
+# Named here, so they are not intermediate files: make keeps them, and a
+# missing one is made again (check-avx512-emu links them from this build).
+TOBJ_FILES := $(TESTS:%=$(B)/tobj/%.o) $(B)/tobj/checker.o $(B)/tobj/reference.o $(B)/tobj/cli_attnc.o $(B)/tobj/cli_heatmap.o
+.PHONY: test-objs
+test-objs: $(TOBJ_FILES)
+
+$(B)/attnc: $(TOBJ)/cli_attnc.o $(TOBJ)/cli_heatmap.o $(CHECK_OBJ) $(B)/libattnc.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # ---- tests ----
-$(B)/tests/%: tests/%.c tests/checker.c tests/checker.h tests/reference.c tests/reference.h tests/testutil.h $(B)/libattnc.a
+$(B)/tests/%: $(TOBJ)/%.o $(CHECK_OBJ) $(B)/libattnc.a
 	@mkdir -p $(B)/tests
-	@echo "  CC      $@"
-	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ $< tests/checker.c tests/reference.c $(B)/libattnc.a $(LDLIBS) -lcmocka
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 
 test: all $(TESTS:%=$(B)/tests/%)
 	@echo "== docs/tutorial.md is current (tools/tutorial.sh)"
@@ -126,11 +153,12 @@ test: all $(TESTS:%=$(B)/tests/%)
 # primitives run on tests/avx512_emu.h's C model of their intrinsics, so
 # a machine without AVX-512 still runs that code (make test ends with it).
 # It shares the main build's kernel cache: the generated C calls the
-# primitives through a table, so the same cached kernels serve both.
+# primitives through a table, so the same cached kernels serve both.  It
+# compiles only the two objects the model changes and links the rest.
 EMU_B := $(B)/emu
-check-avx512-emu:
+check-avx512-emu: all $(TESTS:%=$(B)/tests/%)
 	@echo "== the suite with the AVX-512 primitives on a C model of their intrinsics (make check-avx512-emu)"
-	@$(MAKE) --no-print-directory B=$(EMU_B) AVX512_EMU=1 $(EMU_B)/libattnc.a $(EMU_B)/attnc $(TESTS:%=$(EMU_B)/tests/%)
+	@$(MAKE) --no-print-directory B=$(EMU_B) AVX512_EMU=1 OBJ_FROM=$(B) $(EMU_B)/libattnc.a $(EMU_B)/attnc $(TESTS:%=$(EMU_B)/tests/%)
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(EMU_B)/attnc sh tests/run_all.sh $(EMU_B) $(TESTS)
 
@@ -155,7 +183,7 @@ check-asan:
 	@$(SAN_ENV) ATTNC_CACHE_DIR=$(CURDIR)/$(ASAN_B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(ASAN_B)/attnc sh tests/run_all.sh $(ASAN_B) $(TESTS)
 	@echo "== the AVX-512 primitives on their C model (check-avx512-emu), under the sanitizers: $(ASAN_EMU_TESTS)"
-	@$(MAKE) --no-print-directory B=$(ASAN_EMU_B) AVX512_EMU=1 OPT='$(ASAN_OPT)' EMU_OPT='-O1 -g1' \
+	@$(MAKE) --no-print-directory B=$(ASAN_EMU_B) AVX512_EMU=1 OBJ_FROM=$(ASAN_B) OPT='$(ASAN_OPT)' EMU_OPT='-O1 -g1' \
 	  $(ASAN_EMU_B)/libattnc.a $(ASAN_EMU_B)/attnc $(ASAN_EMU_TESTS:%=$(ASAN_EMU_B)/tests/%)
 	@$(SAN_ENV) ATTNC_CACHE_DIR=$(CURDIR)/$(ASAN_B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(ASAN_EMU_B)/attnc sh tests/run_all.sh $(ASAN_EMU_B) $(ASAN_EMU_TESTS)
