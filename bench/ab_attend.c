@@ -15,7 +15,9 @@
  * per head (HEADS x NK x NK floats streamed, as a batch element's heads
  * read them).  CAUSAL = 1: key j visible to query i iff j <= i, each tile's
  * keys ending at its last row (the work counted is still dense).  Prints the best and median time of each and the ratios
- * new / old (below 1: the new code is faster). */
+ * new / old (below 1: the new code is faster).  AB_ROWS_OLD and
+ * AB_ROWS_NEW (default 64) set each side's query rows per tile, so
+ * `bench/ab_attend.sh HEAD ...` with AB_ROWS_NEW=48 compares tile sizes. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,8 +75,7 @@ int main(int argc, char **argv)
 {
   const attnc_prims *P = attnc_prims_get();
   static double t[2][2000];
-  const long rows = 64;
-  long c, nk, off, heads, h, i0;
+  long rows_of[2], c, nk, off, heads, h, i0;
   int reps, r, w, bias, causal;
   float *q, *k, *v, *o, *b, *work;
   double flops;
@@ -93,10 +94,13 @@ int main(int argc, char **argv)
     fprintf(stderr, "ab_attend: the %s primitives are not compared (only avx2 and avx512)\n", P->isa);
     return 2;
   }
+  rows_of[0] = getenv("AB_ROWS_OLD") ? arg(getenv("AB_ROWS_OLD"), 1, 512, "AB_ROWS_OLD") : 64;
+  rows_of[1] = getenv("AB_ROWS_NEW") ? arg(getenv("AB_ROWS_NEW"), 1, 512, "AB_ROWS_NEW") : 64;
   q = floats(heads * nk * c, 1), k = floats(heads * nk * c, 2) + off, v = floats(heads * nk * c, 3) + off;
-  o = floats(heads * nk * c, 4), b = floats(heads * nk * nk, 5), work = floats(P->attend_work(rows, c), 6);
+  o = floats(heads * nk * c, 4), b = floats(heads * nk * nk, 5), work = floats(P->attend_work(rows_of[0] > rows_of[1] ? rows_of[0] : rows_of[1], c), 6);
   for (r = -2; r < reps; r++) /* two warm-ups */
     for (w = 0; w < 2; w++) {
+      const long rows = rows_of[w];
       const double a = now();
       for (h = 0; h < heads; h++)
         for (i0 = 0; i0 < nk; i0 += rows) {
