@@ -44,6 +44,35 @@ INLINE __m512 exp512_neg(__m512 x)
   return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
 
+/* The attention of attend_rows works in base 2, as prims_avx2.c's does:
+ * scores are scaled by log2(e) with the queries (and biases as they are
+ * added), so each probability is 2^(s - m), with no multiplication by
+ * log2(e), no two-part reduction by ln 2 and no separate r + r^2 P(r):
+ * five multiplies or multiply-adds per vector instead of ten. */
+#define LOG2E 1.44269504088896341f
+#define LN2 0.693147180559945309f
+
+/* 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -126 (and for
+ * -inf); NaN stays NaN.  2^r on |r| <= 1/2 by a degree-5 polynomial
+ * fitted to relative error (2.3e-7 at most, evaluated in float; the same
+ * as prims_avx2.c's exp2_neg), times 2^n by scalef. */
+INLINE __m512 exp2_512_neg(__m512 x)
+{
+  const __m512 lo = _mm512_set1_ps(-126.0f);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  __m512 n, r, p;
+  x = _mm512_max_ps(lo, x); /* NaN in x passes through */
+  n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  r = _mm512_sub_ps(x, n);
+  p = _mm512_set1_ps(1.3276470126584172e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.675540961325169e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550713464617729e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022120237350464e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931469440460205e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0000001192092896f));
+  return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+}
+
 /* e^x for any x (clamped above at 88.3, where float overflows). */
 INLINE __m512 exp512(__m512 x)
 {
@@ -402,8 +431,9 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
 
 /* The tile's rows out of the work buffer: normalised by the softmax sum,
  * or (a key split) unnormalised with the running max and sum; a row that
- * saw no key gets the empty-row rule. */
-static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float *L)
+ * saw no key gets the empty-row rule.  m_unit: what one unit of M is in
+ * base e (LN2 from attend_rows, which works in base 2), for the combine. */
+static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float *L, float m_unit)
 {
   const long nv = cp / 16;
   const __mmask16 last = tail_mask(t->c - (nv - 1) * 16);
@@ -414,7 +444,7 @@ static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float 
   for (r = 0; r < t->rows; r++) {
     float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
     if (t->m_out) {
-      t->m_out[r] = M[r];
+      t->m_out[r] = M[r] * m_unit;
       t->l_out[r] = L[r];
       for (d = 0; d < nv; d++)
         _mm512_mask_storeu_ps(o + d * 16, d == nv - 1 ? last : (__mmask16)0xFFFF, _mm512_load_ps(O + r * cp + d * 16));
@@ -438,7 +468,9 @@ static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float 
  *   - the online softmax runs down the columns: the max and sum over a key
  *     tile, the rescale factor and the running max and sum are vectors of
  *     16 rows, with no horizontal reductions and no scalar exp;
- *   - p.v broadcasts p[r][j] = ST[j][r] against rows of v, as before. */
+ *   - p.v broadcasts p[r][j] = ST[j][r] against rows of v, as before.
+ * Scores, biases and the running max are in base-2 units (times log2 e;
+ * see exp2_512_neg). */
 
 /* ST[j][16*u ..] (rows 16 apart by r16) for NJ keys k[j] x NQ row vectors,
  * plus BT[j * bt_j + 16*u ..] when there is a bias laid out like the scores
@@ -448,6 +480,7 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
                        float *ST, float *MX, const float *BT, long bt_j, long live)
 {
   __m512 acc[4][4];
+  const __m512 log2e = _mm512_set1_ps(LOG2E);
   long d;
   int j, u;
   for (j = 0; j < NJ; j++)
@@ -464,7 +497,7 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
     __m512 m = _mm512_load_ps(MX + u * 16);
     const __mmask16 lm = tail_mask(live - u * 16 < 0 ? 0 : live - u * 16);
     for (j = 0; j < NJ; j++) {
-      if (BT) acc[j][u] = _mm512_add_ps(acc[j][u], _mm512_maskz_loadu_ps(lm, BT + j * bt_j + u * 16));
+      if (BT) acc[j][u] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lm, BT + j * bt_j + u * 16), log2e, acc[j][u]);
       _mm512_store_ps(ST + j * r16 + u * 16, acc[j][u]);
       m = _mm512_max_ps(m, acc[j][u]);
     }
@@ -545,7 +578,7 @@ static __m512 add_bias_rows(const float *bias0, const int *BO, long rv, long j0,
     transpose16(r);
     for (x = 0; x < nk; x++) {
       float *p = st + (jb + x) * r16;
-      const __m512 sv = _mm512_add_ps(_mm512_load_ps(p), r[x]);
+      const __m512 sv = _mm512_fmadd_ps(r[x], _mm512_set1_ps(LOG2E), _mm512_load_ps(p));
       _mm512_store_ps(p, sv);
       mx = _mm512_max_ps(mx, sv);
     }
@@ -588,7 +621,7 @@ static void attend_rows(const attnc_tile *t)
     for (d = 0; d < c; d += 16) {
       const long nd = c - d < 16 ? c - d : 16;
       const __mmask16 m = tail_mask(nd);
-      const __m512 sc = _mm512_set1_ps(t->scale);
+      const __m512 sc = _mm512_set1_ps(t->scale * LOG2E);
       __m512 x[16];
       int u;
       for (u = 0; u < 16; u++) {
@@ -645,8 +678,8 @@ static void attend_rows(const attnc_tile *t)
           }
           if (t->mask && !t->mask[(j0 + j) * t->mask_j]) ok = 0;
           if (ok && t->bias && !bias_rows && !bias_cols)
-            sv = _mm512_add_ps(sv, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), ok, bov,
-                                                            bias0 + (j0 + j) * t->bias_j, 4));
+            sv = _mm512_fmadd_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), ok, bov, bias0 + (j0 + j) * t->bias_j, 4),
+                                 _mm512_set1_ps(LOG2E), sv);
           sv = _mm512_mask_blend_ps(ok, ninf, sv);
           _mm512_store_ps(st + j * r16, sv);
           mx = _mm512_max_ps(mx, sv);
@@ -656,9 +689,9 @@ static void attend_rows(const attnc_tile *t)
        * seen no key yet keep -inf (and subtract 0, so their p are 0) */
       m_new = _mm512_mask_mov_ps(_mm512_max_ps(m_old, mx), _mm512_cmp_ps_mask(m_old, m_old, _CMP_UNORD_Q), nan);
       m_sub = _mm512_mask_mov_ps(m_new, _mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
-      alpha = exp512_neg(_mm512_sub_ps(m_old, m_sub));
+      alpha = exp2_512_neg(_mm512_sub_ps(m_old, m_sub));
       for (j = 0; j < kt; j++) {
-        __m512 p = exp512_neg(_mm512_sub_ps(_mm512_load_ps(st + j * r16), m_sub));
+        __m512 p = exp2_512_neg(_mm512_sub_ps(_mm512_load_ps(st + j * r16), m_sub));
         _mm512_store_ps(st + j * r16, p);
         sum = _mm512_add_ps(sum, p);
       }
@@ -670,7 +703,7 @@ static void attend_rows(const attnc_tile *t)
     pv_all(rows, kt, ST, 1, r16, O, cp, A, t->v + j0 * t->v_stride, t->v_stride, nv, last);
   }
 
-  finish_rows(t, O, cp, M, L);
+  finish_rows(t, O, cp, M, L, LN2);
 }
 
 /* Tiles of up to 8 rows (decoding): one row at a time, scores along the keys. */
@@ -727,7 +760,7 @@ static void attend_cols(const attnc_tile *t)
     pv_all(rows, kt, S, KT, 1, O, cp, NULL, t->v + j0 * t->v_stride, t->v_stride, nv, last);
   }
 
-  finish_rows(t, O, cp, M, L);
+  finish_rows(t, O, cp, M, L, 1.0f);
 }
 
 void attnc_prims_attend_avx512(const attnc_tile *t)
