@@ -1,0 +1,25 @@
+# Sourced by bench/ab_attend.sh and bench/ab_linear.sh:
+#   ab_build REV HARNESS.c OUT
+# compiles revision REV's prims_avx2.c and prims_avx512.c with REV's
+# headers, their exported names prefixed ab_old_ (the helpers they share
+# with prims.c come from this tree), and links them with bench/HARNESS.c
+# and this tree's build/libattnc.a into OUT.
+ab_build() {
+  ab_rev=$1 ab_harness=$2 ab_out=$3
+  ab_top=$(cd "$(dirname "$0")/.." && pwd)
+  [ -f "$ab_top/build/libattnc.a" ] || { echo "$(basename "$0"): build/libattnc.a is missing: run make" >&2; exit 1; }
+  ab_d=$(dirname "$ab_out")
+  mkdir -p "$ab_d/rev"
+  git -C "$ab_top" archive "$ab_rev" runtime templates | tar -x -C "$ab_d/rev"
+  ab_cc=${CC:-cc}
+  for ab_f in avx2 avx512; do
+    ab_ren=""
+    for ab_s in linear linear_heads attend sigmoid_mul; do ab_ren="$ab_ren -Dattnc_prims_${ab_s}_$ab_f=ab_old_${ab_s}_$ab_f"; done
+    ab_isa="-mavx2 -mfma"
+    [ $ab_f = avx512 ] && ab_isa="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma"
+    # shellcheck disable=SC2086
+    $ab_cc -std=c99 -O3 -D_POSIX_C_SOURCE=200809L -I"$ab_d/rev/runtime" $ab_isa $ab_ren -c -o "$ab_d/old_$ab_f.o" "$ab_d/rev/runtime/prims_$ab_f.c"
+  done
+  $ab_cc -std=c99 -O2 -D_POSIX_C_SOURCE=200809L -I"$ab_top/runtime" -I/usr/include/lua5.4 -o "$ab_out" \
+    "$ab_top/bench/$ab_harness" "$ab_d/old_avx2.o" "$ab_d/old_avx512.o" "$ab_top/build/libattnc.a" -llua5.4 -ltcc -ldl -lm -lpthread
+}

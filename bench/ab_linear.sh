@@ -1,0 +1,15 @@
+#!/bin/sh
+# usage: bench/ab_linear.sh REV ROWS N_IN N_OUT REPS
+#
+# Times this tree's linear primitive (build/libattnc.a: run make first)
+# against revision REV's, interleaved in one process by bench/ab_linear.c,
+# for the vectorised set this CPU uses (ATTNC_ISA caps it); see
+# bench/ab_build.sh for how REV's primitives are built.
+# Example: bench/ab_linear.sh HEAD 2048 512 1536 20
+set -eu
+[ $# -eq 5 ] || { sed -n '2,2p' "$0" | sed 's/^# //' >&2; exit 2; }
+rev=$1; shift
+. "$(dirname "$0")/ab_build.sh"
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+ab_build "$rev" ab_linear.c "$d/ab_linear"
+"$d/ab_linear" "$@"
