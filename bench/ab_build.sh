@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # Sourced by bench/ab_attend.sh and bench/ab_linear.sh:
 #   ab_build REV HARNESS.c OUT
 # compiles revision REV's prims_avx2.c and prims_avx512.c with REV's
