@@ -156,9 +156,14 @@ test: all $(TESTS:%=$(B)/tests/%)
 # primitives through a table, so the same cached kernels serve both.  It
 # compiles only the two objects the model changes and links the rest.
 EMU_B := $(B)/emu
+# $(call emu_isa,DIR): DIR/attnc must run the AVX-512 set, or the model
+# suite would pass on the AVX2 primitives and prove nothing
+emu_isa = $(1)/attnc bench "mha mode=core q=1,1,16,16" --runs 1 --json | grep -q '"isa": "avx512"' || \
+  { echo "check-avx512-emu: $(1)/attnc does not run the AVX-512 primitives"; exit 1; }
 check-avx512-emu: all $(TESTS:%=$(B)/tests/%)
 	@echo "== the suite with the AVX-512 primitives on a C model of their intrinsics (make check-avx512-emu)"
 	@$(MAKE) --no-print-directory B=$(EMU_B) AVX512_EMU=1 OBJ_FROM=$(B) $(EMU_B)/libattnc.a $(EMU_B)/attnc $(TESTS:%=$(EMU_B)/tests/%)
+	@$(call emu_isa,$(EMU_B))
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(EMU_B)/attnc sh tests/run_all.sh $(EMU_B) $(TESTS)
 
@@ -185,6 +190,7 @@ check-asan:
 	@echo "== the AVX-512 primitives on their C model (check-avx512-emu), under the sanitizers: $(ASAN_EMU_TESTS)"
 	@$(MAKE) --no-print-directory B=$(ASAN_EMU_B) AVX512_EMU=1 OBJ_FROM=$(ASAN_B) OPT='$(ASAN_OPT)' EMU_OPT='-O1 -g1' \
 	  $(ASAN_EMU_B)/libattnc.a $(ASAN_EMU_B)/attnc $(ASAN_EMU_TESTS:%=$(ASAN_EMU_B)/tests/%)
+	@$(SAN_ENV) $(call emu_isa,$(ASAN_EMU_B))
 	@$(SAN_ENV) ATTNC_CACHE_DIR=$(CURDIR)/$(ASAN_B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(ASAN_EMU_B)/attnc sh tests/run_all.sh $(ASAN_EMU_B) $(ASAN_EMU_TESTS)
 
