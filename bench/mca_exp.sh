@@ -16,17 +16,18 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 command -v llvm-mca >/dev/null || { echo "mca_exp: llvm-mca is missing (Debian: apt-get install llvm)" >&2; exit 1; }
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 rev=${1:-}
-src() { if [ -n "$rev" ]; then git -C "$top" show "$rev:runtime/$1"; else cat "$top/runtime/$1"; fi; }
+# the sources (with their headers: prims.h holds the polynomial's constants)
+if [ -n "$rev" ]; then git -C "$top" archive "$rev" runtime templates | tar -x -C "$d"; else cp -r "$top/runtime" "$top/templates" "$d"; fi
 
 # one(FILE, FUNCTION, VECTOR TYPE, PREFIX, ISA FLAGS, CPU)
 one() {
   f=$1 fn=$2 ty=$3 pf=$4 flags=$5 cpu=$6
-  if ! grep -q "^INLINE $ty $fn(" "$d/$f"; then echo "$fn: not in this revision"; return; fi
+  if ! grep -q "^INLINE $ty $fn(" "$d/runtime/$f"; then echo "$fn: not in this revision"; return; fi
   {
     echo '#include <immintrin.h>'
+    echo '#include "prims.h"'
     echo '#define INLINE static inline __attribute__((always_inline))'
-    echo '#define LOG2E 1.44269504088896341f'
-    sed -n "/^INLINE $ty $fn(/,/^}/p" "$d/$f"
+    sed -n "/^INLINE $ty $fn(/,/^}/p" "$d/runtime/$f"
     cat <<EOF
 void pass(float *st, long kt, long stride, $ty m, float *sum_out);
 void pass(float *st, long kt, long stride, $ty m, float *sum_out)
@@ -45,7 +46,7 @@ void pass(float *st, long kt, long stride, $ty m, float *sum_out)
 EOF
   } > "$d/$fn.c"
   # shellcheck disable=SC2086
-  clang -std=c99 -O3 $flags -S -o "$d/$fn.s" "$d/$fn.c"
+  clang -std=c99 -O3 -D_POSIX_C_SOURCE=200809L -I"$d/runtime" $flags -S -o "$d/$fn.s" "$d/$fn.c"
   printf '%-14s %-15s ' "$fn" "$cpu"
   llvm-mca -mcpu="$cpu" "$d/$fn.s" 2>/dev/null | awk '
     /^Instructions:/ && !i { i = $2 } /^Iterations:/ && !n { n = $2 }
@@ -53,9 +54,7 @@ EOF
     END { printf "%s instructions, %s cycles per vector (block reciprocal throughput)\n", i / n, t }'
 }
 
-src prims_avx2.c > "$d/avx2.c"
-src prims_avx512.c > "$d/avx512.c"
-one avx2.c exp256_neg __m256 _mm256 "-mavx2 -mfma" znver3
-one avx2.c exp2_neg __m256 _mm256 "-mavx2 -mfma" znver3
-one avx512.c exp512_neg __m512 _mm512 "-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma" icelake-server
-one avx512.c exp2_512_neg __m512 _mm512 "-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma" icelake-server
+one prims_avx2.c exp256_neg __m256 _mm256 "-mavx2 -mfma" znver3
+one prims_avx2.c exp2_neg __m256 _mm256 "-mavx2 -mfma" znver3
+one prims_avx512.c exp512_neg __m512 _mm512 "-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma" icelake-server
+one prims_avx512.c exp2_512_neg __m512 _mm512 "-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma" icelake-server

@@ -26,6 +26,22 @@ void attnc_prims_pack32(const float *w, long n_out, long n_in, float *packed);
  * a 16-wide register block streams one contiguous half. */
 void attnc_prims_pack16(const float *w, long n_out, long n_in, float *packed);
 
+/* The row-across-lanes attention of prims_avx2.c and prims_avx512.c works
+ * in base 2: scores are scaled by log2(e) with the queries (and biases as
+ * they are added), so each probability is 2^(s - m), with no
+ * multiplication by log2(e) and no two-part reduction by ln 2.  2^r on
+ * |r| <= 1/2 is P0 + r (P1 + r (P2 + r (P3 + r (P4 + r P5)))), a degree-5
+ * polynomial fitted to relative error (2.3e-7 at most, evaluated in
+ * float). */
+#define ATTNC_LOG2E 1.44269504088896341f
+#define ATTNC_LN2 0.693147180559945309f
+#define ATTNC_EXP2_P0 1.0000001192092896f
+#define ATTNC_EXP2_P1 6.931469440460205e-1f
+#define ATTNC_EXP2_P2 2.4022120237350464e-1f
+#define ATTNC_EXP2_P3 5.550713464617729e-2f
+#define ATTNC_EXP2_P4 9.675540961325169e-3f
+#define ATTNC_EXP2_P5 1.3276470126584172e-3f
+
 /* shared by the implementations */
 void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                                 const float *b, float *y, long y_stride);

@@ -59,13 +59,8 @@ INLINE __m256 exp256_neg(__m256 x)
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-/* The attention works in base 2: scores are scaled by log2(e) as the
- * queries are (and biases as they are added), so each probability is
- * 2^(s - m), which needs no multiplication by log2(e) and no two-part
- * reduction by ln 2: six multiplies or multiply-adds per vector instead
- * of eleven, and no round or convert. */
-#define LOG2E 1.44269504088896341f
-#define LN2 0.693147180559945309f
+/* The attention works in base 2 (ATTNC_LOG2E in prims.h): six multiplies
+ * or multiply-adds per vector instead of eleven, and no round or convert. */
 
 /* The stale max: once every row has a running max m, a key tile whose
  * scores stay within m + STALE_MAX (in base 2) is exponentiated against
@@ -78,8 +73,7 @@ INLINE __m256 exp256_neg(__m256 x)
 /* 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -126.5 (and
  * for -inf); NaN stays NaN.  n = x rounded by adding 1.5 * 2^23 + 127,
  * whose low mantissa bits then hold n + 127, 2^n's exponent bits; 2^r on
- * |r| <= 1/2 by a degree-5 polynomial fitted to relative error (2.3e-7 at
- * most, evaluated in float).  x is clamped at -127, where those exponent
+ * |r| <= 1/2 by prims.h's ATTNC_EXP2_P0..P5.  x is clamped at -127, where those exponent
  * bits are 0: the factor is +0 and so is the result, with no compare and
  * no mask. */
 INLINE __m256 exp2_neg(__m256 x)
@@ -89,12 +83,12 @@ INLINE __m256 exp2_neg(__m256 x)
   x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x); /* NaN in x passes through */
   nf = _mm256_add_ps(x, magic);
   r = _mm256_sub_ps(x, _mm256_sub_ps(nf, magic));
-  p = _mm256_set1_ps(1.3276470126584172e-3f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.675540961325169e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.550713464617729e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.4022120237350464e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931469440460205e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0000001192092896f));
+  p = _mm256_set1_ps(ATTNC_EXP2_P5);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTNC_EXP2_P4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTNC_EXP2_P3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTNC_EXP2_P2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTNC_EXP2_P1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTNC_EXP2_P0));
   /* 2^n: (n + 127) << 23; the rest of the magic number's bits shift out */
   const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(nf), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
@@ -227,7 +221,7 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
                        float *ST, float *MX, const float *BT, long bt_j, long live, const float *MR, float *TS)
 {
   __m256 acc[4][3];
-  const __m256 log2e = _mm256_set1_ps(LOG2E);
+  const __m256 log2e = _mm256_set1_ps(ATTNC_LOG2E);
   long d;
   int j, u;
   for (j = 0; j < NJ; j++)
@@ -381,7 +375,7 @@ static void qkd_tile(long rows, long kt, long nv, long tail, const float *Q, lon
   }
   for (j = 0; j < kt; j++) {
     __m256 sv = _mm256_and_ps(_mm256_load_ps(ST + j * 8), live);
-    if (BT) sv = _mm256_fmadd_ps(load_n(BT + j * bt_j, rows), _mm256_set1_ps(LOG2E), sv);
+    if (BT) sv = _mm256_fmadd_ps(load_n(BT + j * bt_j, rows), _mm256_set1_ps(ATTNC_LOG2E), sv);
     _mm256_store_ps(ST + j * 8, sv);
     mx = _mm256_max_ps(mx, sv);
   }
@@ -424,7 +418,7 @@ static __m256 add_bias_rows(const float *bias0, const int *BO, long rv, long j0,
     transpose8(r);
     for (x = 0; x < nk; x++) {
       float *p = st + (jb + x) * r8;
-      const __m256 sv = _mm256_fmadd_ps(r[x], _mm256_set1_ps(LOG2E), _mm256_load_ps(p));
+      const __m256 sv = _mm256_fmadd_ps(r[x], _mm256_set1_ps(ATTNC_LOG2E), _mm256_load_ps(p));
       _mm256_store_ps(p, sv);
       mx = _mm256_max_ps(mx, sv);
     }
@@ -577,7 +571,7 @@ static void finish_rows(const attnc_tile *t, const float *O, long cp, float *M, 
   for (r = 0; r < t->rows; r++) {
     float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
     if (t->m_out) {
-      t->m_out[r] = M[r] * LN2; /* the combine works in base e */
+      t->m_out[r] = M[r] * ATTNC_LN2; /* the combine works in base e */
       t->l_out[r] = L[r];
       store_row(o, O + r * cp, t->c, 1.0f);
     } else if (M[r] != -INFINITY) { /* saw a key: normalise (a NaN stays NaN) */
@@ -621,7 +615,7 @@ static void attend_rows(const attnc_tile *t)
   for (rv = 0; rv < nrv; rv++)
     for (d = 0; d < c; d += 8) {
       const long nd = c - d < 8 ? c - d : 8;
-      const __m256 sc = _mm256_set1_ps(t->scale * LOG2E);
+      const __m256 sc = _mm256_set1_ps(t->scale * ATTNC_LOG2E);
       __m256 x[8];
       int u;
       for (u = 0; u < 8; u++) {
@@ -699,7 +693,7 @@ static void attend_rows(const attnc_tile *t)
           if (t->mask && !t->mask[(j0 + j) * t->mask_j]) bad = ones;
           if (t->bias && !bias_rows && !bias_cols && !_mm256_testc_si256(bad, ones)) {
             const __m256 ok = _mm256_castsi256_ps(_mm256_xor_si256(bad, ones));
-            sv = _mm256_fmadd_ps(_mm256_mask_i32gather_ps(zero, bias0 + (j0 + j) * t->bias_j, bov, ok, 4), _mm256_set1_ps(LOG2E), sv);
+            sv = _mm256_fmadd_ps(_mm256_mask_i32gather_ps(zero, bias0 + (j0 + j) * t->bias_j, bov, ok, 4), _mm256_set1_ps(ATTNC_LOG2E), sv);
           }
           sv = _mm256_blendv_ps(sv, ninf, _mm256_castsi256_ps(bad));
           _mm256_store_ps(st + j * r8, sv);

@@ -44,18 +44,13 @@ INLINE __m512 exp512_neg(__m512 x)
   return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
 
-/* The attention of attend_rows works in base 2, as prims_avx2.c's does:
- * scores are scaled by log2(e) with the queries (and biases as they are
- * added), so each probability is 2^(s - m), with no multiplication by
- * log2(e), no two-part reduction by ln 2 and no separate r + r^2 P(r):
- * five multiplies or multiply-adds per vector instead of ten. */
-#define LOG2E 1.44269504088896341f
-#define LN2 0.693147180559945309f
-
-/* 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -126 (and for
- * -inf); NaN stays NaN.  2^r on |r| <= 1/2 by a degree-5 polynomial
- * fitted to relative error (2.3e-7 at most, evaluated in float; the same
- * as prims_avx2.c's exp2_neg), times 2^n by scalef. */
+/* attend_rows works in base 2, as prims_avx2.c's attention does
+ * (ATTNC_LOG2E in prims.h): five multiplies or multiply-adds per vector
+ * instead of exp512_neg's ten.
+ *
+ * 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -126 (and for
+ * -inf); NaN stays NaN.  2^r on |r| <= 1/2 by prims.h's ATTNC_EXP2_P0..P5,
+ * times 2^n by scalef. */
 INLINE __m512 exp2_512_neg(__m512 x)
 {
   const __m512 lo = _mm512_set1_ps(-126.0f);
@@ -64,12 +59,12 @@ INLINE __m512 exp2_512_neg(__m512 x)
   x = _mm512_max_ps(lo, x); /* NaN in x passes through */
   n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm512_sub_ps(x, n);
-  p = _mm512_set1_ps(1.3276470126584172e-3f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.675540961325169e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550713464617729e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022120237350464e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931469440460205e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0000001192092896f));
+  p = _mm512_set1_ps(ATTNC_EXP2_P5);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P0));
   return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
 }
 
@@ -432,7 +427,7 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
 /* The tile's rows out of the work buffer: normalised by the softmax sum,
  * or (a key split) unnormalised with the running max and sum; a row that
  * saw no key gets the empty-row rule.  m_unit: what one unit of M is in
- * base e (LN2 from attend_rows, which works in base 2), for the combine. */
+ * base e (ATTNC_LN2 from attend_rows, which works in base 2), for the combine. */
 static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float *L, float m_unit)
 {
   const long nv = cp / 16;
@@ -480,7 +475,7 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
                        float *ST, float *MX, const float *BT, long bt_j, long live)
 {
   __m512 acc[4][4];
-  const __m512 log2e = _mm512_set1_ps(LOG2E);
+  const __m512 log2e = _mm512_set1_ps(ATTNC_LOG2E);
   long d;
   int j, u;
   for (j = 0; j < NJ; j++)
@@ -578,7 +573,7 @@ static __m512 add_bias_rows(const float *bias0, const int *BO, long rv, long j0,
     transpose16(r);
     for (x = 0; x < nk; x++) {
       float *p = st + (jb + x) * r16;
-      const __m512 sv = _mm512_fmadd_ps(r[x], _mm512_set1_ps(LOG2E), _mm512_load_ps(p));
+      const __m512 sv = _mm512_fmadd_ps(r[x], _mm512_set1_ps(ATTNC_LOG2E), _mm512_load_ps(p));
       _mm512_store_ps(p, sv);
       mx = _mm512_max_ps(mx, sv);
     }
@@ -621,7 +616,7 @@ static void attend_rows(const attnc_tile *t)
     for (d = 0; d < c; d += 16) {
       const long nd = c - d < 16 ? c - d : 16;
       const __mmask16 m = tail_mask(nd);
-      const __m512 sc = _mm512_set1_ps(t->scale * LOG2E);
+      const __m512 sc = _mm512_set1_ps(t->scale * ATTNC_LOG2E);
       __m512 x[16];
       int u;
       for (u = 0; u < 16; u++) {
@@ -679,7 +674,7 @@ static void attend_rows(const attnc_tile *t)
           if (t->mask && !t->mask[(j0 + j) * t->mask_j]) ok = 0;
           if (ok && t->bias && !bias_rows && !bias_cols)
             sv = _mm512_fmadd_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), ok, bov, bias0 + (j0 + j) * t->bias_j, 4),
-                                 _mm512_set1_ps(LOG2E), sv);
+                                 _mm512_set1_ps(ATTNC_LOG2E), sv);
           sv = _mm512_mask_blend_ps(ok, ninf, sv);
           _mm512_store_ps(st + j * r16, sv);
           mx = _mm512_max_ps(mx, sv);
@@ -703,7 +698,7 @@ static void attend_rows(const attnc_tile *t)
     pv_all(rows, kt, ST, 1, r16, O, cp, A, t->v + j0 * t->v_stride, t->v_stride, nv, last);
   }
 
-  finish_rows(t, O, cp, M, L, LN2);
+  finish_rows(t, O, cp, M, L, ATTNC_LN2);
 }
 
 /* Tiles of up to 8 rows (decoding): one row at a time, scores along the keys. */
