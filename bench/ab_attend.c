@@ -14,8 +14,9 @@
  * pair bias is across a batch when heads run one by one); BIAS = 2 one
  * per head (HEADS x NK x NK floats streamed, as a batch element's heads
  * read them).  CAUSAL = 1: key j visible to query i iff j <= i, each tile's
- * keys ending at its last row (the work counted is still dense).  Prints the best and median time of each and the ratios
- * new / old (below 1: the new code is faster).  AB_ROWS_OLD and
+ * keys ending at its last row (the work counted is still dense).  Prints
+ * the best and median time of each and the ratios new / old (below 1: the
+ * new code is faster).  AB_ROWS_OLD and
  * AB_ROWS_NEW (default 64) set each side's query rows per tile, so
  * `bench/ab_attend.sh HEAD ...` with AB_ROWS_NEW=48 compares tile sizes. */
 #define _POSIX_C_SOURCE 200809L
@@ -26,55 +27,17 @@
 
 #include "prims.h"
 
-/* the other revision's primitives, their symbols renamed by ab_attend.sh */
+#define AB_NAME "ab_attend"
+#include "ab_util.h"
+
+/* the other revision's primitives, their symbols renamed by ab_build.sh */
 void ab_old_attend_avx2(const attnc_tile *t);
 void ab_old_attend_avx512(const attnc_tile *t);
-
-static double now(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static float *floats(long n, unsigned seed)
-{
-  void *p = NULL;
-  float *f;
-  long i;
-  if (posix_memalign(&p, 64, sizeof(float) * (size_t)(n + 64)) != 0) {
-    fprintf(stderr, "ab_attend: out of memory\n");
-    exit(1);
-  }
-  f = p;
-  for (i = 0; i < n + 64; i++) {
-    seed = seed * 1664525u + 1013904223u;
-    f[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-  }
-  return f;
-}
-
-static long arg(const char *s, long lo, long hi, const char *what)
-{
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (*s == 0 || *end != 0 || v < lo || v > hi) {
-    fprintf(stderr, "ab_attend: %s must be a whole number from %ld to %ld, got '%s'\n", what, lo, hi, s);
-    exit(2);
-  }
-  return v;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {
   const attnc_prims *P = attnc_prims_get();
-  static double t[2][2000];
+  static double t[2][AB_MAX_REPS];
   long rows_of[2], c, nk, off, heads, h, i0;
   int reps, r, w, bias, causal;
   float *q, *k, *v, *o, *b, *work;
@@ -87,7 +50,7 @@ int main(int argc, char **argv)
     return 2;
   }
   c = arg(argv[1], 1, 4096, "C"), nk = arg(argv[2], 1, 1L << 16, "NK"), off = arg(argv[3], 0, 63, "V_OFFSET");
-  reps = (int)arg(argv[4], 1, 2000, "REPS"), heads = arg(argv[5], 1, 256, "HEADS");
+  reps = (int)arg(argv[4], 1, AB_MAX_REPS, "REPS"), heads = arg(argv[5], 1, 256, "HEADS");
   bias = argc >= 7 ? (int)arg(argv[6], 0, 2, "BIAS") : 0;
   causal = argc == 8 ? (int)arg(argv[7], 0, 1, "CAUSAL") : 0;
   if (!old_attend) {
@@ -97,7 +60,7 @@ int main(int argc, char **argv)
   rows_of[0] = getenv("AB_ROWS_OLD") ? arg(getenv("AB_ROWS_OLD"), 1, 512, "AB_ROWS_OLD") : 64;
   rows_of[1] = getenv("AB_ROWS_NEW") ? arg(getenv("AB_ROWS_NEW"), 1, 512, "AB_ROWS_NEW") : 64;
   q = floats(heads * nk * c, 1), k = floats(heads * nk * c, 2) + off, v = floats(heads * nk * c, 3) + off;
-  o = floats(heads * nk * c, 4), b = floats(heads * nk * nk, 5), work = floats(P->attend_work(rows_of[0] > rows_of[1] ? rows_of[0] : rows_of[1], c), 6);
+  o = floats(heads * nk * c, 4), b = floats((bias == 2 ? heads : 1) * nk * nk, 5), work = floats(P->attend_work(rows_of[0] > rows_of[1] ? rows_of[0] : rows_of[1], c), 6);
   for (r = -2; r < reps; r++) /* two warm-ups */
     for (w = 0; w < 2; w++) {
       const long rows = rows_of[w];
@@ -121,11 +84,6 @@ int main(int argc, char **argv)
       if (r >= 0) t[w][r] = now() - a;
     }
   flops = 4.0 * (double)nk * (double)nk * (double)c * (double)heads;
-  for (w = 0; w < 2; w++) {
-    qsort(t[w], (size_t)reps, sizeof(double), cmp_double);
-    printf("%s (%s): best %.4f ms (%.1f GFLOP/s), median %.4f ms\n", w ? "new" : "old", P->isa, t[w][0] * 1e3,
-           flops / t[w][0] * 1e-9, t[w][reps / 2] * 1e3);
-  }
-  printf("new / old: best %.4f, median %.4f\n", t[1][0] / t[0][0], t[1][reps / 2] / t[0][reps / 2]);
+  ab_report(t, reps, P->isa, flops, "");
   return 0;
 }

@@ -17,61 +17,24 @@
 
 #include "prims.h"
 
+#define AB_NAME "ab_linear"
+#include "ab_util.h"
+
 /* the other revision's primitives, their symbols renamed by ab_build.sh */
 void ab_old_linear_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                         const float *b, float *y, long y_stride);
 void ab_old_linear_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                           const float *b, float *y, long y_stride);
 
-static double now(void)
-{
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static float *floats(long n, unsigned seed)
-{
-  void *p = NULL;
-  float *f;
-  long i;
-  if (posix_memalign(&p, 64, sizeof(float) * (size_t)n) != 0) {
-    fprintf(stderr, "ab_linear: out of memory\n");
-    exit(1);
-  }
-  f = p;
-  for (i = 0; i < n; i++) {
-    seed = seed * 1664525u + 1013904223u;
-    f[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-  }
-  return f;
-}
-
-static long arg(const char *s, long lo, long hi, const char *what)
-{
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (*s == 0 || *end != 0 || v < lo || v > hi) {
-    fprintf(stderr, "ab_linear: %s must be a whole number from %ld to %ld, got '%s'\n", what, lo, hi, s);
-    exit(2);
-  }
-  return v;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv)
 {
   const attnc_prims *P = attnc_prims_get();
-  static double t[2][2000];
+  static double t[2][AB_MAX_REPS];
   long rows, n_in, n_out, i;
   int reps, r, w;
   float *x, *wt, *packed, *b, *y[2];
   double flops, diff = 0;
+  char extra[64];
   void (*old_linear)(const float *, long, long, long, const float *, long, const float *, float *, long) =
       strcmp(P->isa, "avx512") == 0 ? ab_old_linear_avx512 : strcmp(P->isa, "avx2") == 0 ? ab_old_linear_avx2 : NULL;
   if (argc != 5) {
@@ -79,7 +42,7 @@ int main(int argc, char **argv)
     return 2;
   }
   rows = arg(argv[1], 1, 1L << 16, "ROWS"), n_in = arg(argv[2], 1, 1L << 14, "N_IN");
-  n_out = arg(argv[3], 1, 1L << 14, "N_OUT"), reps = (int)arg(argv[4], 1, 2000, "REPS");
+  n_out = arg(argv[3], 1, 1L << 14, "N_OUT"), reps = (int)arg(argv[4], 1, AB_MAX_REPS, "REPS");
   if (!old_linear) {
     fprintf(stderr, "ab_linear: the %s primitives are not compared (only avx2 and avx512)\n", P->isa);
     return 2;
@@ -100,12 +63,7 @@ int main(int argc, char **argv)
     if (d > diff) diff = d;
   }
   flops = 2.0 * (double)rows * (double)n_in * (double)n_out;
-  for (w = 0; w < 2; w++) {
-    qsort(t[w], (size_t)reps, sizeof(double), cmp_double);
-    printf("%s (%s): best %.4f ms (%.1f GFLOP/s), median %.4f ms\n", w ? "new" : "old", P->isa, t[w][0] * 1e3,
-           flops / t[w][0] * 1e-9, t[w][reps / 2] * 1e3);
-  }
-  printf("new / old: best %.4f, median %.4f (largest difference in y: %.3g)\n", t[1][0] / t[0][0],
-         t[1][reps / 2] / t[0][reps / 2], diff);
+  snprintf(extra, sizeof extra, " (largest difference in y: %.3g)", diff);
+  ab_report(t, reps, P->isa, flops, extra);
   return 0;
 }

@@ -1,0 +1,69 @@
+/* Helpers of the interleaved A/B harnesses (bench/ab_attend.c,
+ * bench/ab_linear.c): each defines AB_NAME, its program name for
+ * messages, before including this. */
+#ifndef AB_UTIL_H
+#define AB_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define AB_MAX_REPS 2000
+
+static double now(void)
+{
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* n floats in [-0.5, 0.5) from seed, 64-byte aligned, with 64 more past
+ * the end (room for an offset start). */
+static float *floats(long n, unsigned seed)
+{
+  void *p = NULL;
+  float *f;
+  long i;
+  if (posix_memalign(&p, 64, sizeof(float) * (size_t)(n + 64)) != 0) {
+    fprintf(stderr, AB_NAME ": out of memory\n");
+    exit(1);
+  }
+  f = p;
+  for (i = 0; i < n + 64; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    f[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return f;
+}
+
+static long arg(const char *s, long lo, long hi, const char *what)
+{
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (*s == 0 || *end != 0 || v < lo || v > hi) {
+    fprintf(stderr, AB_NAME ": %s must be a whole number from %ld to %ld, got '%s'\n", what, lo, hi, s);
+    exit(2);
+  }
+  return v;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts t[0] (old) and t[1] (new), reps times each, and prints the best
+ * and median of each and the ratios new / old; `extra` ends that line. */
+static void ab_report(double t[2][AB_MAX_REPS], int reps, const char *isa, double flops, const char *extra)
+{
+  int w;
+  for (w = 0; w < 2; w++) {
+    qsort(t[w], (size_t)reps, sizeof(double), cmp_double);
+    printf("%s (%s): best %.4f ms (%.1f GFLOP/s), median %.4f ms\n", w ? "new" : "old", isa, t[w][0] * 1e3,
+           flops / t[w][0] * 1e-9, t[w][reps / 2] * 1e3);
+  }
+  printf("new / old: best %.4f, median %.4f%s\n", t[1][0] / t[0][0], t[1][reps / 2] / t[0][reps / 2], extra);
+}
+
+#endif
