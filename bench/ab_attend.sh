@@ -10,9 +10,7 @@
 # Example: bench/ab_attend.sh HEAD~1 64 512 4 200 2
 set -eu
 [ $# -ge 6 ] || { sed -n '2,2p' "$0" | sed 's/^# //' >&2; exit 2; }
-rev=$1; shift
 # shellcheck source=bench/ab_build.sh
 . "$(dirname "$0")/ab_build.sh"
-d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-ab_build "$rev" ab_attend.c "$d/ab_attend"
-"$d/ab_attend" "$@"
+rev=$1; shift
+ab_run "$rev" ab_attend.c "$@"

@@ -1,5 +1,7 @@
 # shellcheck shell=sh
 # Sourced by bench/ab_attend.sh and bench/ab_linear.sh:
+#   ab_run REV HARNESS.c ARGS...  builds HARNESS against REV (below) in a
+#                                 temporary folder and runs it with ARGS
 #   ab_build REV HARNESS.c OUT
 # compiles revision REV's prims_avx2.c and prims_avx512.c with REV's
 # headers, their exported names prefixed ab_old_ (the helpers they share
@@ -23,4 +25,11 @@ ab_build() {
   done
   $ab_cc -std=c99 -O2 -D_POSIX_C_SOURCE=200809L -I"$ab_top/runtime" -I/usr/include/lua5.4 -o "$ab_out" \
     "$ab_top/bench/$ab_harness" "$ab_d/old_avx2.o" "$ab_d/old_avx512.o" "$ab_top/build/libattnc.a" -llua5.4 -ltcc -ldl -lm -lpthread
+}
+
+ab_run() {
+  ab_tmp=$(mktemp -d); trap 'rm -rf "$ab_tmp"' EXIT
+  ab_build "$1" "$2" "$ab_tmp/harness"
+  shift 2
+  "$ab_tmp/harness" "$@"
 }

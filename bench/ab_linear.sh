@@ -8,9 +8,7 @@
 # Example: bench/ab_linear.sh HEAD 2048 512 1536 20
 set -eu
 [ $# -eq 5 ] || { sed -n '2,2p' "$0" | sed 's/^# //' >&2; exit 2; }
-rev=$1; shift
 # shellcheck source=bench/ab_build.sh
 . "$(dirname "$0")/ab_build.sh"
-d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-ab_build "$rev" ab_linear.c "$d/ab_linear"
-"$d/ab_linear" "$@"
+rev=$1; shift
+ab_run "$rev" ab_linear.c "$@"
