@@ -39,7 +39,7 @@ int main(int argc, char **argv)
   const attnc_prims *P = attnc_prims_get();
   static double t[2][AB_MAX_REPS];
   long rows_of[2], c, nk, off, heads, h, i0;
-  int reps, r, w, bias, causal;
+  int reps, r, n, bias, causal;
   float *q, *k, *v, *o, *b, *work;
   double flops;
   void (*old_attend)(const attnc_tile *) = strcmp(P->isa, "avx512") == 0 ? ab_old_attend_avx512
@@ -62,7 +62,8 @@ int main(int argc, char **argv)
   q = floats(heads * nk * c, 1), k = floats(heads * nk * c, 2) + off, v = floats(heads * nk * c, 3) + off;
   o = floats(heads * nk * c, 4), b = floats((bias == 2 ? heads : 1) * nk * nk, 5), work = floats(P->attend_work(rows_of[0] > rows_of[1] ? rows_of[0] : rows_of[1], c), 6);
   for (r = -2; r < reps; r++) /* two warm-ups */
-    for (w = 0; w < 2; w++) {
+    for (n = 0; n < 2; n++) {
+      const int w = AB_SIDE(r, n);
       const long rows = rows_of[w];
       const double a = now();
       for (h = 0; h < heads; h++)

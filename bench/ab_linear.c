@@ -31,7 +31,7 @@ int main(int argc, char **argv)
   const attnc_prims *P = attnc_prims_get();
   static double t[2][AB_MAX_REPS];
   long rows, n_in, n_out, i;
-  int reps, r, w;
+  int reps, r, n;
   float *x, *wt, *packed, *b, *y[2];
   double flops, diff = 0;
   char extra[64];
@@ -52,7 +52,8 @@ int main(int argc, char **argv)
   y[0] = floats(rows * n_out, 5), y[1] = floats(rows * n_out, 6);
   attnc_prims_pack(wt, n_out, n_in, packed);
   for (r = -2; r < reps; r++) /* two warm-ups */
-    for (w = 0; w < 2; w++) {
+    for (n = 0; n < 2; n++) {
+      const int w = AB_SIDE(r, n);
       const double a = now();
       if (w) P->linear(x, rows, n_in, n_in, packed, n_out, b, y[1], n_out);
       else old_linear(x, rows, n_in, n_in, packed, n_out, b, y[0], n_out);
