@@ -82,7 +82,10 @@ else
 # only reached after a run-time check that the CPU has AVX-512 (prims.c)
 $(B)/obj/prims_avx512.o: CFLAGS += -O3 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma
 endif
-# only reached after a run-time check that the CPU has AVX2 and FMA (prims.c)
+# only reached after a run-time check that the CPU has AVX2 and FMA (prims.c).
+# gcc's generic tuning on purpose: on a Zen 3, -mtune=znver3 or znver2 made
+# the attention 25-31% slower and -funroll-loops the GEMM twice as slow
+# (docs/performance.md, the fifth AVX2 session)
 $(B)/obj/prims_avx2.o: CFLAGS += -O3 -mavx2 -mfma
 $(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(B)/obj/kernel.o: runtime/prims.h
 
