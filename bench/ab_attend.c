@@ -2,8 +2,9 @@
  * interleaved in one process (bench/ab_attend.sh builds it).  On a shared
  * machine whose speed moves by half between minutes, two programs timed
  * one after the other compare the minutes, not the code; here each
- * repetition runs the old and then the new primitive on the same tensors,
- * so both see the same machine.
+ * repetition runs both primitives on the same tensors, one right after
+ * the other (which goes first swaps: AB_SIDE), so both see the same
+ * machine.
  *
  *     ab_attend C NK V_OFFSET REPS HEADS [BIAS [CAUSAL]]
  *

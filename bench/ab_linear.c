@@ -2,8 +2,9 @@
  * kernels pack it) against another revision's, interleaved in one process
  * (bench/ab_linear.sh builds it), as bench/ab_attend.c does for the
  * attention.  On a shared machine a GEMM streaming its weights from L3
- * moves with the neighbours: here each repetition runs the old and then
- * the new primitive on the same tensors.
+ * moves with the neighbours: here each repetition runs both primitives
+ * on the same inputs, one right after the other (which goes first swaps:
+ * AB_SIDE), each into its own output.
  *
  *     ab_linear ROWS N_IN N_OUT REPS
  *

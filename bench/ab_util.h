@@ -13,7 +13,7 @@
 /* Which side runs n-th (n = 0, 1) in repetition r: 0 the old, 1 the new.
  * The order swaps every repetition, so that neither side always runs in
  * the cache state the other leaves (with the old one always first, a
- * 256x256x256 linear read 6-7% slower as new than as old, the same code
+ * 256x256x256 linear read 4-9% slower as new than as old, the same code
  * on both sides). */
 #define AB_SIDE(r, n) ((((r) & 1) ? 1 - (n) : (n)))
 
