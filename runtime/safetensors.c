@@ -292,6 +292,16 @@ static void skip_ws(reader *r)
   }
 }
 
+/* After an item of an array or object: skips spaces, then a ',' (0: more
+ * items follow) or `close` (1: the list ends); -1, reading nothing, for
+ * anything else. */
+static int list_next(reader *r, int close)
+{
+  skip_ws(r);
+  if (peek(r) == ',' || peek(r) == close) return r->s[r->pos++] == close;
+  return -1;
+}
+
 static const char *found(const reader *r, char *buf, size_t n)
 {
   int c = peek(r);
@@ -539,16 +549,9 @@ static attnc_status jintarray(reader *r, const char *name, const char *field,
                    (const char *)r->s + v.start, limit);
     if (i >= max) return rfail(r, "tensor '%s': %s", show(&sn, name), toomany);
     out[i++] = v.mag;
-    skip_ws(r);
-    if (peek(r) == ',') {
-      r->pos++;
-      continue;
-    }
-    if (peek(r) == ']') {
-      r->pos++;
-      break;
-    }
-    return jfail(r, "',' or ']' in an array of integers");
+    const int ended = list_next(r, ']');
+    if (ended < 0) return jfail(r, "',' or ']' in an array of integers");
+    if (ended) break;
   }
   *count = i;
   return ATTNC_OK;
@@ -586,16 +589,9 @@ static attnc_status jmetadata(reader *r)
                    show(&sk, k), r->pos);
     if ((st = jstring(r, &v, NULL)) != ATTNC_OK) return st;
     r->pool_used = pool_mark; /* not kept */
-    skip_ws(r);
-    if (peek(r) == ',') {
-      r->pos++;
-      continue;
-    }
-    if (peek(r) == '}') {
-      r->pos++;
-      return ATTNC_OK;
-    }
-    return jfail(r, "',' or '}' in __metadata__");
+    const int ended = list_next(r, '}');
+    if (ended < 0) return jfail(r, "',' or '}' in __metadata__");
+    if (ended) return ATTNC_OK;
   }
 }
 
@@ -662,16 +658,9 @@ static attnc_status jtensor(reader *r, st_entry *e)
                    show(&sn, name), show(&sk, k));
     }
     r->pool_used = mark; /* field names and dtype strings are not kept */
-    skip_ws(r);
-    if (peek(r) == ',') {
-      r->pos++;
-      continue;
-    }
-    if (peek(r) == '}') {
-      r->pos++;
-      break;
-    }
-    return jfail(r, "',' or '}' in a tensor entry");
+    const int ended = list_next(r, '}');
+    if (ended < 0) return jfail(r, "',' or '}' in a tensor entry");
+    if (ended) break;
   }
   if (!have_dtype) return rfail(r, "tensor '%s': missing field \"dtype\"", show(&sn, name));
   if (!have_shape) return rfail(r, "tensor '%s': missing field \"shape\"", show(&sn, name));
@@ -757,16 +746,9 @@ static attnc_status jheader(reader *r, attnc_safetensors *f)
       if ((st = jtensor(r, e)) != ATTNC_OK) return st;
       f->n++;
     }
-    skip_ws(r);
-    if (peek(r) == ',') {
-      r->pos++;
-      continue;
-    }
-    if (peek(r) == '}') {
-      r->pos++;
-      break;
-    }
-    return jfail(r, "',' or '}' after a header entry");
+    const int ended = list_next(r, '}');
+    if (ended < 0) return jfail(r, "',' or '}' after a header entry");
+    if (ended) break;
   }
   skip_ws(r);
   if (r->pos != r->n) return jfail(r, "only spaces after the header object");
