@@ -86,9 +86,11 @@ endif
 # gcc's generic tuning on purpose: on a Zen 3, -mtune=znver3 or znver2 made
 # the attention 25-31% slower and -funroll-loops the GEMM twice as slow
 # (docs/performance.md, the fifth AVX2 session).  Loops start on 32-byte
-# boundaries: with that, the attention's medians were 2-8% faster on the
-# Zen 3 and the GEMM's unchanged (64 bytes: no gain; the sixth session).
-# bench/ab_build.sh compiles the old side of an A/B with these flags too.
+# boundaries, so that where the linker puts the primitives does not move
+# their speed: two builds of the same source at different addresses read
+# 0.91-1.00 against each other (attention medians on the Zen 3) without
+# it, 0.98-1.01 with it (the sixth session).  bench/ab_build.sh compiles
+# the old side of an A/B with these flags too.
 AVX2_FLAGS := -O3 -mavx2 -mfma -falign-loops=32
 $(B)/obj/prims_avx2.o: CFLAGS += $(AVX2_FLAGS)
 $(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(B)/obj/kernel.o: runtime/prims.h
