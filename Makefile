@@ -88,9 +88,9 @@ endif
 # (docs/performance.md, the fifth AVX2 session).  Functions start on
 # 64-byte boundaries and loops on 32-byte ones, so that where each loop
 # falls in a 64-byte line depends on the source only, not on where the
-# linker puts the object: two
-# builds of the same source at different addresses read 0.91-1.00
-# against each other (attention medians on the Zen 3) with neither,
+# linker puts the object: two builds of the same source at different
+# addresses read 0.91-1.00 against each other (attention medians on the
+# Zen 3) with neither,
 # 0.98-1.01 (attention) and 1.02-1.08 (GEMM) with the loops aligned, and
 # 1.00-1.02 and 1.00-1.01 with both (the sixth session).  The best
 # times did not move (build/prims_bench, separate processes); the
