@@ -8,6 +8,7 @@
 
 #define NR ATTNC_PACK_NR
 #define KC 1024 /* inputs per pass: one pass up to 1024 (the y block is not re-read; B streams from L2) */
+#define MC 48   /* rows per pass: their x (96 KiB at 512 inputs) stays in L2 */
 #define KT ATTNC_ATTEND_KT
 /* attend_cols' score rows (softmax_row, qk_kernel) are four vectors: 64 keys */
 typedef char attnc_kt_is_64[KT == 64 ? 1 : -1];
@@ -117,33 +118,37 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
 static void linear_cols(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                         const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
 {
-  long panels = (n_out + NR - 1) / NR, k0, p, r0;
-  for (k0 = 0; k0 < n_in; k0 += KC) {
-    long kc = n_in - k0 < KC ? n_in - k0 : KC;
-    int first = k0 == 0;
-    for (p = 0; p < panels; p++) {
-      const float *bp = packed + p * NR * n_in + k0 * NR;
-      long nv = n_out - p * NR;
-      __mmask16 m0 = tail_mask(nv), m1 = tail_mask(nv > 16 ? nv - 16 : 0);
-      const float *bias = b ? b + p * NR : NULL;
-      const long col = col0 + p * NR;
-      float *yc = y + col / head_w * head_stride + col % head_w;
-      for (r0 = 0; r0 < rows; r0 += 12) {
-        const float *a = x + r0 * x_stride + k0;
-        float *c = yc + r0 * y_stride;
-        switch (rows - r0 < 12 ? rows - r0 : 12) {
-        case 12: lin_kernel(12, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 11: lin_kernel(11, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 10: lin_kernel(10, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 9: lin_kernel(9, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 8: lin_kernel(8, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 7: lin_kernel(7, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 6: lin_kernel(6, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 5: lin_kernel(5, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 4: lin_kernel(4, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 3: lin_kernel(3, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        case 2: lin_kernel(2, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-        default: lin_kernel(1, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+  long panels = (n_out + NR - 1) / NR, rb0, k0, p, r0;
+  /* MC rows at a time: their x stays in L2 while every panel passes */
+  for (rb0 = 0; rb0 < rows; rb0 += MC) {
+    const long rb1 = rows - rb0 < MC ? rows : rb0 + MC;
+    for (k0 = 0; k0 < n_in; k0 += KC) {
+      long kc = n_in - k0 < KC ? n_in - k0 : KC;
+      int first = k0 == 0;
+      for (p = 0; p < panels; p++) {
+        const float *bp = packed + p * NR * n_in + k0 * NR;
+        long nv = n_out - p * NR;
+        __mmask16 m0 = tail_mask(nv), m1 = tail_mask(nv > 16 ? nv - 16 : 0);
+        const float *bias = b ? b + p * NR : NULL;
+        const long col = col0 + p * NR;
+        float *yc = y + col / head_w * head_stride + col % head_w;
+        for (r0 = rb0; r0 < rb1; r0 += 12) {
+          const float *a = x + r0 * x_stride + k0;
+          float *c = yc + r0 * y_stride;
+          switch (rb1 - r0 < 12 ? rb1 - r0 : 12) {
+          case 12: lin_kernel(12, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 11: lin_kernel(11, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 10: lin_kernel(10, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 9: lin_kernel(9, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 8: lin_kernel(8, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 7: lin_kernel(7, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 6: lin_kernel(6, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 5: lin_kernel(5, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 4: lin_kernel(4, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 3: lin_kernel(3, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 2: lin_kernel(2, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          default: lin_kernel(1, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          }
         }
       }
     }
