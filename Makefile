@@ -79,8 +79,10 @@ $(B)/obj/prims_avx512.o: CFLAGS += $(EMU_OPT) -include tests/avx512_emu.h
 $(B)/obj/prims.o: CPPFLAGS += -DATTNC_AVX512_EMU
 $(B)/obj/prims_avx512.o: tests/avx512_emu.h
 else
-# only reached after a run-time check that the CPU has AVX-512 (prims.c)
-$(B)/obj/prims_avx512.o: CFLAGS += -O3 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma
+# only reached after a run-time check that the CPU has AVX-512 (prims.c);
+# aligned like the AVX2 primitives below (bench/ab_build.sh reads this line)
+AVX512_FLAGS := -O3 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -falign-functions=64 -falign-loops=32
+$(B)/obj/prims_avx512.o: CFLAGS += $(AVX512_FLAGS)
 endif
 # only reached after a run-time check that the CPU has AVX2 and FMA (prims.c).
 # gcc's generic tuning on purpose: on a Zen 3, -mtune=znver3 or znver2 made

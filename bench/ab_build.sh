@@ -15,15 +15,17 @@ ab_build() {
   mkdir -p "$ab_d/rev"
   git -C "$ab_top" archive "$ab_rev" runtime templates | tar -x -C "$ab_d/rev"
   ab_cc=${CC:-cc}
-  # the flags the Makefile builds this tree's AVX2 primitives with, so
-  # that the two sides differ in their sources only
+  # the flags the Makefile builds this tree's AVX2 and AVX-512
+  # primitives with, so that the two sides differ in their sources only
   ab_avx2=$(sed -n 's/^AVX2_FLAGS := //p' "$ab_top/Makefile")
   [ -n "$ab_avx2" ] || { echo "$(basename "$0"): no AVX2_FLAGS line in $ab_top/Makefile" >&2; exit 1; }
+  ab_avx512=$(sed -n 's/^AVX512_FLAGS := //p' "$ab_top/Makefile")
+  [ -n "$ab_avx512" ] || { echo "$(basename "$0"): no AVX512_FLAGS line in $ab_top/Makefile" >&2; exit 1; }
   for ab_f in avx2 avx512; do
     ab_ren=""
     for ab_s in linear linear_heads attend sigmoid_mul; do ab_ren="$ab_ren -Dattnc_prims_${ab_s}_$ab_f=ab_old_${ab_s}_$ab_f"; done
     ab_isa=$ab_avx2
-    [ $ab_f = avx512 ] && ab_isa="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma"
+    [ $ab_f = avx512 ] && ab_isa=$ab_avx512
     # shellcheck disable=SC2086
     $ab_cc -std=c99 -O3 -D_POSIX_C_SOURCE=200809L -I"$ab_d/rev/runtime" $ab_isa $ab_ren -c -o "$ab_d/old_$ab_f.o" "$ab_d/rev/runtime/prims_$ab_f.c"
   done
