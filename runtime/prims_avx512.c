@@ -25,10 +25,10 @@ static __mmask16 tail_mask(long n) /* the first n of 16 lanes, n in 0..16 */
  * for -inf); NaN stays NaN. */
 INLINE __m512 exp512_neg(__m512 x)
 {
-  const __m512 lo = _mm512_set1_ps(-87.3f);
-  __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  /* lanes below -87.3 (-inf among them) are zeroed by the masked scalef,
+   * whatever the reduction made of them; a NaN compares false and stays */
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ);
   __m512 n, r, p;
-  x = _mm512_max_ps(lo, x); /* NaN in x passes through */
   n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -42,7 +42,7 @@ INLINE __m512 exp512_neg(__m512 x)
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 /* attend_rows works in base 2, as prims_avx2.c's attention does
@@ -54,10 +54,11 @@ INLINE __m512 exp512_neg(__m512 x)
  * times 2^n by scalef. */
 INLINE __m512 exp2_512_neg(__m512 x)
 {
-  const __m512 lo = _mm512_set1_ps(-126.0f);
-  const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  /* lanes below -126 (-inf among them) are zeroed by the masked scalef,
+   * so whatever the polynomial made of them (NaN for -inf) is dropped;
+   * a NaN compares false and stays NaN */
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
   __m512 n, r, p;
-  x = _mm512_max_ps(lo, x); /* NaN in x passes through */
   n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm512_sub_ps(x, n);
   p = _mm512_set1_ps(ATTNC_EXP2_P5);
@@ -66,7 +67,7 @@ INLINE __m512 exp2_512_neg(__m512 x)
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P2));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P1));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P0));
-  return _mm512_maskz_mov_ps((__mmask16)~tiny, _mm512_scalef_ps(p, n));
+  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 /* e^x for any x (clamped above at 88.3, where float overflows). */

@@ -224,6 +224,7 @@ EMU emu_m512 emu_mask_mov_ps(emu_m512 src, __mmask16 k, emu_m512 a)
   return src;
 }
 EMU emu_m512 emu_maskz_mov_ps(__mmask16 k, emu_m512 a) { return emu_mask_mov_ps(emu_setzero_ps(), k, a); }
+EMU emu_m512 emu_maskz_scalef_ps(__mmask16 k, emu_m512 a, emu_m512 b) { return emu_maskz_mov_ps(k, emu_scalef_ps(a, b)); }
 EMU emu_m512 emu_mask_blend_ps(__mmask16 k, emu_m512 a, emu_m512 b) { return emu_mask_mov_ps(a, k, b); }
 EMU emu_m512 emu_mask_add_ps(emu_m512 src, __mmask16 k, emu_m512 a, emu_m512 b)
 {
@@ -314,6 +315,7 @@ EMU emu_m512 emu_shuffle_f32x4(emu_m512 a, emu_m512 b, int imm)
 #undef _mm512_add_epi32
 #undef _mm512_roundscale_ps
 #undef _mm512_scalef_ps
+#undef _mm512_maskz_scalef_ps
 #undef _mm512_cmp_ps_mask
 #undef _mm512_cmp_epi32_mask
 #undef _mm512_mask_mov_ps
@@ -352,6 +354,7 @@ EMU emu_m512 emu_shuffle_f32x4(emu_m512 a, emu_m512 b, int imm)
 #define _mm512_add_epi32 emu_add_epi32
 #define _mm512_roundscale_ps emu_roundscale_ps
 #define _mm512_scalef_ps emu_scalef_ps
+#define _mm512_maskz_scalef_ps emu_maskz_scalef_ps
 #define _mm512_cmp_ps_mask emu_cmp_ps_mask
 #define _mm512_cmp_epi32_mask emu_cmp_epi32_mask
 #define _mm512_mask_mov_ps emu_mask_mov_ps
