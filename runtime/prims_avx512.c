@@ -25,10 +25,12 @@ static __mmask16 tail_mask(long n) /* the first n of 16 lanes, n in 0..16 */
  * for -inf); NaN stays NaN. */
 INLINE __m512 exp512_neg(__m512 x)
 {
-  /* lanes below -87.3 (-inf among them) are zeroed by the masked scalef,
-   * whatever the reduction made of them; a NaN compares false and stays */
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ);
+  const __m512 lo = _mm512_set1_ps(-87.3f);
+  /* lanes below -87.3 (-inf among them) are zeroed by the masked scalef;
+   * a NaN compares false and stays NaN */
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
   __m512 n, r, p;
+  x = _mm512_max_ps(lo, x); /* keeps -inf out of the reduction (no invalid-operation flag); NaN passes through */
   n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -54,11 +56,12 @@ INLINE __m512 exp512_neg(__m512 x)
  * times 2^n by scalef. */
 INLINE __m512 exp2_512_neg(__m512 x)
 {
-  /* lanes below -126 (-inf among them) are zeroed by the masked scalef,
-   * so whatever the polynomial made of them (NaN for -inf) is dropped;
+  const __m512 lo = _mm512_set1_ps(-126.0f);
+  /* lanes below -126 (-inf among them) are zeroed by the masked scalef;
    * a NaN compares false and stays NaN */
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
   __m512 n, r, p;
+  x = _mm512_max_ps(lo, x); /* keeps -inf out of r = x - n (no invalid-operation flag); NaN passes through */
   n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   r = _mm512_sub_ps(x, n);
   p = _mm512_set1_ps(ATTNC_EXP2_P5);
