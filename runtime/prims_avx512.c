@@ -305,8 +305,12 @@ INLINE void pv_kernel8(const int MR, long kt, const float *P, long pr, long pj, 
 
 /* O[rows][:c] = alpha O + P[rows][:kt] . V[:kt][:c], P[i][j] at P[i * pr + j * pj],
  * alpha[r] per row (NULL: 1): register blocks of 6 rows x 64 values (8 rows
- * x 32 for narrow heads). */
-static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *alpha,
+ * x 32 for narrow heads).  Inlined, so that each caller's pr or pj is a
+ * constant: the row offsets of P are then immediates, where as a function
+ * of its own (6 or 8 offsets in registers, with the accumulators taking
+ * every other) they sat in vector registers and each broadcast waited
+ * for a vmovq (p.v at head_dim 32 ran at about half the FMA peak). */
+INLINE void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *alpha,
                    const float *vt, long v_stride, long nv, __mmask16 last)
 {
   long r0, cv0;
