@@ -525,6 +525,12 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const
       const float *qt = QT + rv0 * 16, *kb = k + jb * k_stride, *bt = BT ? BT + jb * bt_j + rv0 * 16 : NULL;
       float *st = ST + jb * r16 + rv0 * 16, *mx = MX + rv0 * 16;
       const long live = rows - rv0 * 16;
+      if (BT && jb + 8 < kt) { /* the bias two key blocks ahead (from L3 or memory, a cold bias waited here) */
+        const float *bn = BT + (jb + 8) * bt_j + rv0 * 16;
+        int x, l;
+        for (x = 0; x < 4; x++)
+          for (l = 0; l < nr; l++) _mm_prefetch((const char *)(bn + x * bt_j + l * 16), _MM_HINT_T0);
+      }
 #define QK_NQ(NJ)                                                         \
   switch (nr) {                                                           \
   case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
