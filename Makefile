@@ -101,6 +101,7 @@ endif
 AVX2_FLAGS := -O3 -mavx2 -mfma -falign-functions=64 -falign-loops=32
 $(B)/obj/prims_avx2.o: CFLAGS += $(AVX2_FLAGS)
 $(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(B)/obj/kernel.o: runtime/prims.h
+$(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o: runtime/prefetch.h
 
 $(B)/obj/embedded.o: $(B)/embedded.c
 	@mkdir -p $(B)/obj

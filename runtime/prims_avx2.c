@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "prims.h"
+#include "prefetch.h"
 
 #define NR ATTNC_PACK_NR
 #define KC 1024 /* inputs per pass of the GEMM */
@@ -197,17 +198,6 @@ void attnc_prims_linear_heads_avx2(const float *x, long rows, long x_stride, lon
  * p.v broadcasts p[r][j] = ST[j][r] against rows of v.  Scores, biases
  * and the running max are in base-2 units (times log2 e; see exp2_neg). */
 
-/* Ask for rows [j0, j1) of a (rows stride floats apart, c floats each):
- * keys and values of the next tile while this one is computed.  The q.k
- * loops ask for a few rows at a time as they go: a burst of a whole tile
- * overflows the queues. */
-static void prefetch_rows(const float *a, long stride, long j0, long j1, long c)
-{
-  long j, d;
-  for (j = j0; j < j1; j++)
-    for (d = 0; d < c; d += 16) _mm_prefetch((const char *)(a + j * stride + d), _MM_HINT_T0);
-}
-
 /* ST[j][8u ..] for NJ keys x NQ row vectors, plus BT[j * bt_j + 8u ..]
  * when there is a bias laid out like the scores (its lanes past `live`
  * rows not read); MX[8u ..] = max(MX, these scores).  12 accumulators,
@@ -261,23 +251,6 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
         ts = _mm256_add_ps(ts, p);
       }
       _mm256_store_ps(TS + u * 8, ts);
-    }
-}
-
-/* The next key tile to prefetch during this one's q.k: n rows of k and v
- * (n = 0: none). */
-typedef struct { const float *k, *v; long k_stride, v_stride, n, c; } next_tile;
-
-/* Rows [j0, j1) of the next tile's k and v, the lines of one key's k
- * and v side by side. */
-INLINE void prefetch_next(const next_tile *nx, long j0, long j1)
-{
-  long j, d;
-  if (j1 > nx->n) j1 = nx->n;
-  for (j = j0; j < j1; j++)
-    for (d = 0; d < nx->c; d += 16) {
-      _mm_prefetch((const char *)(nx->k + j * nx->k_stride + d), _MM_HINT_T0);
-      _mm_prefetch((const char *)(nx->v + j * nx->v_stride + d), _MM_HINT_T0);
     }
 }
 
@@ -611,8 +584,8 @@ static void attend_rows(const attnc_tile *t)
   const int pf = few || t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
   if (pf && jmin <= jmax) { /* the first key tile, while the queries are transposed */
     const long j1 = jmax + 1 < jmin + KT ? jmax + 1 : jmin + KT;
-    prefetch_rows(t->k, t->k_stride, jmin, j1, c);
-    prefetch_rows(t->v, t->v_stride, jmin, j1, c);
+    attnc_prefetch_rows(t->k, t->k_stride, jmin, j1, c);
+    attnc_prefetch_rows(t->v, t->v_stride, jmin, j1, c);
   }
   /* 3. scale, 2. split heads: QT[d][r] = scale * q[r][d], 8 x 8 blocks
    * transposed in registers (padding rows are 0) */

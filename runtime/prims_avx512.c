@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "prims.h"
+#include "prefetch.h"
 
 #define NR ATTNC_PACK_NR
 #define KC 1024 /* inputs per pass: one pass up to 1024 (the y block is not re-read; B streams from L2) */
@@ -514,7 +515,7 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
 }
 
 static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
-                     float *MX, const float *BT, long bt_j, long rows)
+                     float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
 {
   long rv0, jb;
   for (rv0 = 0; rv0 < r16; rv0 += 16) _mm512_store_ps(MX + rv0, _mm512_set1_ps(-INFINITY));
@@ -525,6 +526,7 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const
       const float *qt = QT + rv0 * 16, *kb = k + jb * k_stride, *bt = BT ? BT + jb * bt_j + rv0 * 16 : NULL;
       float *st = ST + jb * r16 + rv0 * 16, *mx = MX + rv0 * 16;
       const long live = rows - rv0 * 16;
+      if (rv0 == 0) prefetch_next(nx, jb, jb + 4);
       if (BT && jb + 8 < kt) { /* the bias two key blocks ahead (from L3 or memory, a cold bias waited here) */
         const float *bn = BT + (jb + 8) * bt_j + rv0 * 16;
         int x, l;
@@ -600,16 +602,6 @@ static __m512 add_bias_rows(const float *bias0, const int *BO, long rv, long j0,
   return mx;
 }
 
-/* Ask for rows [j0, j1) of a (rows stride floats apart, c floats each):
- * keys and values of the next tile while this one is computed.  Rows of
- * a projected k or v are H*c apart, too far for the hardware prefetcher. */
-static void prefetch_rows(const float *a, long stride, long j0, long j1, long c)
-{
-  long j, d;
-  for (j = j0; j < j1; j++)
-    for (d = 0; d < c; d += 16) _mm_prefetch((const char *)(a + j * stride + d), _MM_HINT_T0);
-}
-
 static void attend_rows(const attnc_tile *t)
 {
   const long rows = t->rows, c = t->c, cp = round16(c), nv = cp / 16, r16 = round16(rows), nrv = r16 / 16;
@@ -623,11 +615,13 @@ static void attend_rows(const attnc_tile *t)
 
   attnc_prims_rows_begin(t, r16, O, cp, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
 
-  const int pf = t->k_stride > 2 * c || t->v_stride > 2 * c; /* contiguous rows: the hardware does it */
-  if (pf && jmin <= jmax) { /* the first key tile, while the queries are transposed */
+  /* Keys and values are prefetched whatever their layout: contiguous rows
+   * the hardware follows, but on a Zen 5 a tile of them still came late
+   * (see prefetch.h) */
+  if (jmin <= jmax) { /* the first key tile, while the queries are transposed */
     const long j1 = jmax + 1 < jmin + KT ? jmax + 1 : jmin + KT;
-    prefetch_rows(t->k, t->k_stride, jmin, j1, c);
-    prefetch_rows(t->v, t->v_stride, jmin, j1, c);
+    attnc_prefetch_rows(t->k, t->k_stride, jmin, j1, c);
+    attnc_prefetch_rows(t->v, t->v_stride, jmin, j1, c);
   }
   /* 3. scale, 2. split heads: QT[d][r] = scale * q[r][d], 16 x 16 blocks
    * transposed in registers (padding rows are 0) */
@@ -657,17 +651,16 @@ static void attend_rows(const attnc_tile *t)
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
     /* every row sees every key of this tile: no per-lane range test */
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
-    if (pf && j0 + KT <= jmax) {
-      const long j1 = jmax + 1 < j0 + 2 * KT ? jmax + 1 : j0 + 2 * KT;
-      prefetch_rows(t->k, t->k_stride, j0 + KT, j1, c);
-      prefetch_rows(t->v, t->v_stride, j0 + KT, j1, c);
-    }
+    /* the next tile, asked for by the q.k loop as it goes */
+    const long n_next = j0 + KT <= jmax ? (jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT) : 0;
+    const next_tile nx = { n_next ? t->k + (j0 + KT) * t->k_stride : t->k, n_next ? t->v + (j0 + KT) * t->v_stride : t->v,
+                           t->k_stride, t->v_stride, n_next, c };
     if (bias_rows && j0 + KT <= jmax) /* the next tile's bias, row by row */
       for (r = 0; r < rows; r++)
-        prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
+        attnc_prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
     /* 4. scores (5. plus a bias laid out like them, rows contiguous) */
     qkT_tile(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-             bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows);
+             bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx);
     for (rv = 0; rv < nrv; rv++) {
       float *st = ST + rv * 16;
       const __m512i lov = _mm512_load_si512(LO + rv * 16), hiv = _mm512_load_si512(HI + rv * 16);

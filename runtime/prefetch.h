@@ -1,0 +1,37 @@
+/* Software prefetches of the attention's key and value rows, shared by
+ * prims_avx2.c and prims_avx512.c (each includes it after <immintrin.h>).
+ * Rows of a projected k or v are H*c floats apart, too far for the
+ * hardware prefetcher; contiguous ones it follows, but on a Zen 5 one
+ * tile's worth of them still came late (bench/ab_attend.sh ... 32 heads). */
+#ifndef ATTNC_PREFETCH_H
+#define ATTNC_PREFETCH_H
+
+/* Rows [j0, j1) of a (rows stride floats apart, c floats each), all at
+ * once: for a tile's first keys.  The q.k loops ask for the next tile a
+ * few rows at a time as they go (prefetch_next): a burst of a whole tile
+ * overflows the queues. */
+static inline void attnc_prefetch_rows(const float *a, long stride, long j0, long j1, long c)
+{
+  long j, d;
+  for (j = j0; j < j1; j++)
+    for (d = 0; d < c; d += 16) _mm_prefetch((const char *)(a + j * stride + d), _MM_HINT_T0);
+}
+
+/* The next key tile to prefetch during this one's q.k: n rows of k and v
+ * (n = 0: none). */
+typedef struct { const float *k, *v; long k_stride, v_stride, n, c; } next_tile;
+
+/* Rows [j0, j1) of the next tile's k and v, the lines of one key's k
+ * and v side by side: the q.k loop asks for a few with each block of keys. */
+static inline __attribute__((always_inline)) void prefetch_next(const next_tile *nx, long j0, long j1)
+{
+  long j, d;
+  if (j1 > nx->n) j1 = nx->n;
+  for (j = j0; j < j1; j++)
+    for (d = 0; d < nx->c; d += 16) {
+      _mm_prefetch((const char *)(nx->k + j * nx->k_stride + d), _MM_HINT_T0);
+      _mm_prefetch((const char *)(nx->v + j * nx->v_stride + d), _MM_HINT_T0);
+    }
+}
+
+#endif
