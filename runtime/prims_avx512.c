@@ -228,50 +228,76 @@ INLINE void pv_kernel(const int MR, long kt, const float *P, long pr, long pj, f
       if (u < nvv) _mm512_store_ps(O + i * cp + (cv0 + u) * 16, acc[i][u]);
 }
 
-/* NK keys x MR rows of dot products along c: NK * MR independent
- * accumulators, so the FMA latency is hidden, and each key vector is
- * loaded once for all rows. */
+/* The sums of a[r][k] (r, k < 4), each across its 16 lanes, as one
+ * vector: lane 4r + k.  A tree of unpacks and shuffles, 45 vector ops for
+ * 16 sums, where one _mm512_reduce_add_ps each took about 8. */
+INLINE __m512 hsum4x4(__m512 a[4][4])
+{
+  __m512 v[4], w01, w23;
+  int r;
+  for (r = 0; r < 4; r++) {
+    /* per 128-bit chunk: keys 0 and 1 (and 2 and 3) interleaved, halves summed */
+    const __m512 u01 = _mm512_add_ps(_mm512_unpacklo_ps(a[r][0], a[r][1]), _mm512_unpackhi_ps(a[r][0], a[r][1]));
+    const __m512 u23 = _mm512_add_ps(_mm512_unpacklo_ps(a[r][2], a[r][3]), _mm512_unpackhi_ps(a[r][2], a[r][3]));
+    /* per chunk: keys 0..3, each summed over the chunk's 4 lanes */
+    v[r] = _mm512_add_ps(_mm512_shuffle_ps(u01, u23, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  /* the four chunks of each row summed: chunk r of the result is row r */
+  w01 = _mm512_add_ps(_mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  w23 = _mm512_add_ps(_mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* NK (<= 4) keys x MR (<= 4) rows of dot products along c: 16
+ * accumulators (those past NK or MR stay 0), so the FMA latency is
+ * hidden and each key vector is loaded once for all rows; the 16 sums
+ * reduced together (hsum4x4) into S[r * KT + k]. */
 INLINE void qkd_kernel(const int NK, const int MR, long nv, const float *Q, long cp, const float *k, long k_stride,
                        float *S, __mmask16 last)
 {
-  __m512 acc[2][8];
+  __m512 acc[4][4], sums;
   long v;
   int i, r;
-  for (i = 0; i < NK; i++)
-    for (r = 0; r < MR; r++) acc[i][r] = _mm512_setzero_ps();
+  for (r = 0; r < 4; r++)
+    for (i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
   for (v = 0; v < nv; v++) {
-    __m512 kv[2];
+    __m512 kv[4];
     for (i = 0; i < NK; i++)
       kv[i] = v == nv - 1 ? _mm512_maskz_loadu_ps(last, k + i * k_stride + v * 16) : _mm512_loadu_ps(k + i * k_stride + v * 16);
     for (r = 0; r < MR; r++) {
-      __m512 q = _mm512_load_ps(Q + r * cp + v * 16);
-      for (i = 0; i < NK; i++) acc[i][r] = _mm512_fmadd_ps(q, kv[i], acc[i][r]);
+      const __m512 q = _mm512_load_ps(Q + r * cp + v * 16);
+      for (i = 0; i < NK; i++) acc[r][i] = _mm512_fmadd_ps(q, kv[i], acc[r][i]);
     }
   }
-  for (i = 0; i < NK; i++)
-    for (r = 0; r < MR; r++) S[r * KT + i] = _mm512_reduce_add_ps(acc[i][r]);
+  sums = hsum4x4(acc);
+  for (r = 0; r < MR; r++) _mm_mask_storeu_ps(S + r * KT, (__mmask8)((1u << NK) - 1u), _mm512_extractf32x4_ps(sums, r));
 }
 
 /* Few rows (decoding): dot products along c, no transposed key tile. */
 static void qk_direct(long rows, long c, const float *Q, long cp, const float *k, long k_stride, long kt, float *S,
                       __mmask16 last)
 {
-  long jj, r, nv = cp / 16;
-  for (jj = 0; jj < kt; jj += 2) {
+  long jj, r, r0, nv = cp / 16;
+  for (jj = 0; jj < kt; jj += 4) {
     const float *kr = k + jj * k_stride;
+    for (r0 = 0; r0 < rows; r0 += 4) {
+      const float *qr = Q + r0 * cp;
+      float *sr = S + r0 * KT + jj;
 #define QKD_ROWS(NK)                                                                  \
-  switch (rows) {                                                                     \
-  case 8: qkd_kernel(NK, 8, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
-  case 7: qkd_kernel(NK, 7, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
-  case 6: qkd_kernel(NK, 6, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
-  case 5: qkd_kernel(NK, 5, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
-  case 4: qkd_kernel(NK, 4, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
-  case 3: qkd_kernel(NK, 3, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
-  case 2: qkd_kernel(NK, 2, nv, Q, cp, kr, k_stride, S + jj, last); break;            \
-  default: qkd_kernel(NK, 1, nv, Q, cp, kr, k_stride, S + jj, last); break;           \
+  switch (rows - r0 < 4 ? rows - r0 : 4) {                                            \
+  case 4: qkd_kernel(NK, 4, nv, qr, cp, kr, k_stride, sr, last); break;               \
+  case 3: qkd_kernel(NK, 3, nv, qr, cp, kr, k_stride, sr, last); break;               \
+  case 2: qkd_kernel(NK, 2, nv, qr, cp, kr, k_stride, sr, last); break;               \
+  default: qkd_kernel(NK, 1, nv, qr, cp, kr, k_stride, sr, last); break;              \
   }
-    if (kt - jj >= 2) { QKD_ROWS(2) } else { QKD_ROWS(1) }
+      switch (kt - jj < 4 ? kt - jj : 4) {
+      case 4: QKD_ROWS(4) break;
+      case 3: QKD_ROWS(3) break;
+      case 2: QKD_ROWS(2) break;
+      default: QKD_ROWS(1) break;
+      }
 #undef QKD_ROWS
+    }
   }
   for (r = 0; r < rows; r++)
     for (jj = kt; jj < KT; jj++) S[r * KT + jj] = 0;

@@ -71,6 +71,14 @@ EMU void emu_mask_storeu_ps(void *p, __mmask16 k, emu_m512 a)
 {
   EMU_EACH if (EMU_ON(k)) ((float *)p)[l] = a.f[l];
 }
+/* the 128-bit forms (AVX-512VL): __m128 is SSE's own type */
+EMU void emu_mask_storeu_ps128(void *p, __mmask8 k, __m128 a)
+{
+  float f[4];
+  _mm_storeu_ps(f, a);
+  for (int l = 0; l < 4; l++)
+    if (EMU_ON(k)) ((float *)p)[l] = f[l];
+}
 EMU emu_m512i emu_set1_epi32(int a)
 {
   emu_m512i r;
@@ -284,6 +292,11 @@ EMU emu_m512 emu_shuffle_f32x4(emu_m512 a, emu_m512 b, int imm)
 
 #undef EMU_BINARY
 
+EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
+{
+  return _mm_loadu_ps(&a.f[4 * (imm & 3)]);
+}
+
 /* ---- the renames ---- */
 #undef __m512
 #undef __m512i
@@ -328,6 +341,8 @@ EMU emu_m512 emu_shuffle_f32x4(emu_m512 a, emu_m512 b, int imm)
 #undef _mm512_unpackhi_ps
 #undef _mm512_shuffle_ps
 #undef _mm512_shuffle_f32x4
+#undef _mm512_extractf32x4_ps
+#undef _mm_mask_storeu_ps
 #define _mm512_set1_ps emu_set1_ps
 #define _mm512_setzero_ps emu_setzero_ps
 #define _mm512_load_ps emu_load_ps
@@ -367,5 +382,7 @@ EMU emu_m512 emu_shuffle_f32x4(emu_m512 a, emu_m512 b, int imm)
 #define _mm512_unpackhi_ps emu_unpackhi_ps
 #define _mm512_shuffle_ps emu_shuffle_ps
 #define _mm512_shuffle_f32x4 emu_shuffle_f32x4
+#define _mm512_extractf32x4_ps emu_extractf32x4_ps
+#define _mm_mask_storeu_ps emu_mask_storeu_ps128
 
 #endif

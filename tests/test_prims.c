@@ -308,6 +308,8 @@ static void test_prims_attend(void **state)
     { 33, 1, 130, 70, 0, 1, 1, -2, 1, 1, 1, 2, 1, 0 },  /* c > 128 */
     { 8, 8, 128, 4096, 0, 0, 0, 0, 0, 0, 1, 0, 8, 0 },  /* decode with key splits */
     { 4, 4, 64, 1500, 0, 0, 1, 0, 1400, 1, 1, 1, 3, 0 },/* splits with a causal end */
+    { 6, 2, 40, 131, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },   /* decode: rows 4 + 2, keys in 4s + 3, c = 16k + 8 */
+    { 3, 1, 20, 66, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0 },    /* decode: 3 rows, keys in 4s + 2 */
     { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 2, 1, 0 },  /* every row empty: NaN */
     { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 1, 4, 0 },  /* every row empty, split: uniform */
     { 11, 1, 40, 77, 3, 1, 1, -5, 0, 1, 1, 0, 1, 0 },   /* rows in one partial vector, causal window */
