@@ -275,11 +275,12 @@ INLINE void qkd_kernel(const int NK, const int MR, long nv, const float *Q, long
 
 /* Few rows (decoding): dot products along c, no transposed key tile. */
 static void qk_direct(long rows, long c, const float *Q, long cp, const float *k, long k_stride, long kt, float *S,
-                      __mmask16 last)
+                      __mmask16 last, const next_tile *nx)
 {
   long jj, r, r0, nv = cp / 16;
   for (jj = 0; jj < kt; jj += 4) {
     const float *kr = k + jj * k_stride;
+    prefetch_next(nx, jj, jj + 4);
     for (r0 = 0; r0 < rows; r0 += 4) {
       const float *qr = Q + r0 * cp;
       float *sr = S + r0 * KT + jj;
@@ -770,8 +771,11 @@ static void attend_cols(const attnc_tile *t)
     /* the key tile, transposed so scores vectorise along keys */
     const float *ktile = Kt;
     const long ldk = KT;
-    if (rows <= 8) {
-      qk_direct(rows, c, Q, cp, t->k + j0 * t->k_stride, t->k_stride, kt, S, last);
+    if (rows <= 8) { /* the next tile's keys and values asked for as the scores go */
+      const long n_next = j0 + KT <= jmax ? (jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT) : 0;
+      const next_tile nx = { n_next ? t->k + (j0 + KT) * t->k_stride : t->k, n_next ? t->v + (j0 + KT) * t->v_stride : t->v,
+                             t->k_stride, t->v_stride, n_next, c };
+      qk_direct(rows, c, Q, cp, t->k + j0 * t->k_stride, t->k_stride, kt, S, last, &nx);
       goto scores_done;
     }
     for (jj = 0; jj < kt; jj++) {
