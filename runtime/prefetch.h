@@ -6,6 +6,8 @@
 #ifndef ATTNC_PREFETCH_H
 #define ATTNC_PREFETCH_H
 
+#include "prims.h"
+
 /* Rows [j0, j1) of a (rows stride floats apart, c floats each), all at
  * once: for a tile's first keys.  The q.k loops ask for the next tile a
  * few rows at a time as they go (prefetch_next): a burst of a whole tile
@@ -20,6 +22,17 @@ static inline void attnc_prefetch_rows(const float *a, long stride, long j0, lon
 /* The next key tile to prefetch during this one's q.k: n rows of k and v
  * (n = 0: none). */
 typedef struct { const float *k, *v; long k_stride, v_stride, n, c; } next_tile;
+
+/* The key tile after the one at j0 (of ATTNC_ATTEND_KT keys, the last
+ * ending at jmax) of tile t; none when this is the last one, or when
+ * `on` is 0. */
+static inline next_tile attnc_next_tile(const attnc_tile *t, long j0, long jmax, int on)
+{
+  const long j1 = j0 + ATTNC_ATTEND_KT, left = jmax + 1 - j1;
+  const long n = on && left > 0 ? (left < ATTNC_ATTEND_KT ? left : ATTNC_ATTEND_KT) : 0;
+  const next_tile nx = { n ? t->k + j1 * t->k_stride : t->k, n ? t->v + j1 * t->v_stride : t->v, t->k_stride, t->v_stride, n, t->c };
+  return nx;
+}
 
 /* Rows [j0, j1) of the next tile's k and v, the lines of one key's k
  * and v side by side: the q.k loop asks for a few with each block of keys. */

@@ -618,9 +618,7 @@ static void attend_rows(const attnc_tile *t)
     /* every row sees every key of this tile: no per-lane range test */
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
     /* the next tile, asked for by the q.k loop as it goes */
-    const long n_next = pf && j0 + KT <= jmax ? (jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT) : 0;
-    const next_tile nx = { n_next ? t->k + (j0 + KT) * t->k_stride : t->k, n_next ? t->v + (j0 + KT) * t->v_stride : t->v,
-                           t->k_stride, t->v_stride, n_next, c };
+    const next_tile nx = attnc_next_tile(t, j0, jmax, pf);
     /* Nothing to mask and no bias to gather, once every lane has a
      * running max: try the stale max (STALE_MAX) */
     int stale = !few && m_finite && all_visible && !t->mask && (!t->bias || bias_cols);

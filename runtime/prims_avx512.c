@@ -679,9 +679,7 @@ static void attend_rows(const attnc_tile *t)
     /* every row sees every key of this tile: no per-lane range test */
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
     /* the next tile, asked for by the q.k loop as it goes */
-    const long n_next = j0 + KT <= jmax ? (jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT) : 0;
-    const next_tile nx = { n_next ? t->k + (j0 + KT) * t->k_stride : t->k, n_next ? t->v + (j0 + KT) * t->v_stride : t->v,
-                           t->k_stride, t->v_stride, n_next, c };
+    const next_tile nx = attnc_next_tile(t, j0, jmax, 1);
     if (bias_rows && j0 + KT <= jmax) /* the next tile's bias, row by row */
       for (r = 0; r < rows; r++)
         attnc_prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
@@ -772,9 +770,7 @@ static void attend_cols(const attnc_tile *t)
     const float *ktile = Kt;
     const long ldk = KT;
     if (rows <= 8) { /* the next tile's keys and values asked for as the scores go */
-      const long n_next = j0 + KT <= jmax ? (jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT) : 0;
-      const next_tile nx = { n_next ? t->k + (j0 + KT) * t->k_stride : t->k, n_next ? t->v + (j0 + KT) * t->v_stride : t->v,
-                             t->k_stride, t->v_stride, n_next, c };
+      const next_tile nx = attnc_next_tile(t, j0, jmax, 1);
       qk_direct(rows, c, Q, cp, t->k + j0 * t->k_stride, t->k_stride, kt, S, last, &nx);
       goto scores_done;
     }
