@@ -41,6 +41,15 @@ void attnc_prims_pack16(const float *w, long n_out, long n_in, float *packed);
 #define ATTNC_EXP2_P3 5.550713464617729e-2f
 #define ATTNC_EXP2_P4 9.675540961325169e-3f
 #define ATTNC_EXP2_P5 1.3276470126584172e-3f
+/* 2^r on [0, 1), the same degree (prims_avx512.c, which takes r = x -
+ * floor(x)): 1.5e-7 relative error at most, evaluated in float;
+ * fitted and checked by tools/fit_exp2.py */
+#define ATTNC_EXP2F_P0 9.9999994040e-01f
+#define ATTNC_EXP2F_P1 6.9315308332e-01f
+#define ATTNC_EXP2F_P2 2.4015359581e-01f
+#define ATTNC_EXP2F_P3 5.5826336145e-02f
+#define ATTNC_EXP2F_P4 8.9893424883e-03f
+#define ATTNC_EXP2F_P5 1.8775672652e-03f
 
 /* shared by the implementations */
 void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,

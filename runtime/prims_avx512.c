@@ -49,29 +49,28 @@ INLINE __m512 exp512_neg(__m512 x)
 }
 
 /* attend_rows works in base 2, as prims_avx2.c's attention does
- * (ATTNC_LOG2E in prims.h): five multiplies or multiply-adds per vector
- * instead of exp512_neg's ten.
+ * (ATTNC_LOG2E in prims.h): fewer vector ops per score than exp512_neg.
  *
- * 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -126 (and for
- * -inf); NaN stays NaN.  2^r on |r| <= 1/2 by prims.h's ATTNC_EXP2_P0..P5,
- * times 2^n by scalef. */
+ * 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -150 (and for
+ * -inf); NaN stays NaN.  2^x = 2^r * 2^floor(x), r = x - floor(x) in
+ * [0, 1): one reduce gives r, prims.h's ATTNC_EXP2F_P0..P5 give 2^r, and
+ * scalef, which floors its exponent itself, takes x as it is.  Seven ops
+ * a vector, where rounding to the nearest took eleven (a compare for the
+ * underflow lanes, a two-op round, the subtraction, a masked scalef). */
 INLINE __m512 exp2_512_neg(__m512 x)
 {
-  const __m512 lo = _mm512_set1_ps(-126.0f);
-  /* lanes below -126 (-inf among them) are zeroed by the masked scalef;
-   * a NaN compares false and stays NaN */
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
-  __m512 n, r, p;
-  x = _mm512_max_ps(lo, x); /* keeps -inf out of r = x - n (no invalid-operation flag); NaN passes through */
-  n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  r = _mm512_sub_ps(x, n);
-  p = _mm512_set1_ps(ATTNC_EXP2_P5);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P1));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2_P0));
-  return _mm512_maskz_scalef_ps(keep, p, n);
+  __m512 r, p;
+  /* keeps -inf out of the reduce (no invalid-operation flag), and below
+   * -150 2^x rounds to 0; a NaN passes through */
+  x = _mm512_max_ps(_mm512_set1_ps(-151.0f), x);
+  r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  p = _mm512_set1_ps(ATTNC_EXP2F_P5);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P0));
+  return _mm512_scalef_ps(p, x);
 }
 
 /* e^x for any x (clamped above at 88.3, where float overflows). */

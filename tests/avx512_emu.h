@@ -165,6 +165,18 @@ EMU emu_m512 emu_roundscale_ps(emu_m512 a, int imm)
   }
   return a;
 }
+/* a - round(a) at scale 0 (imm's scale bits 0); an infinite lane aborts:
+ * not modelled, and attnc clamps before it reduces */
+EMU emu_m512 emu_reduce_ps(emu_m512 a, int imm)
+{
+  const emu_m512 n = emu_roundscale_ps(a, imm);
+  EMU_EACH
+  {
+    if (isinf(a.f[l])) abort();
+    a.f[l] = a.f[l] - n.f[l];
+  }
+  return a;
+}
 EMU emu_m512 emu_scalef_ps(emu_m512 a, emu_m512 b) /* a * 2^floor(b) */
 {
   EMU_EACH
@@ -327,6 +339,7 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #undef _mm512_fnmadd_ps
 #undef _mm512_add_epi32
 #undef _mm512_roundscale_ps
+#undef _mm512_reduce_ps
 #undef _mm512_scalef_ps
 #undef _mm512_maskz_scalef_ps
 #undef _mm512_cmp_ps_mask
@@ -368,6 +381,7 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #define _mm512_fnmadd_ps emu_fnmadd_ps
 #define _mm512_add_epi32 emu_add_epi32
 #define _mm512_roundscale_ps emu_roundscale_ps
+#define _mm512_reduce_ps emu_reduce_ps
 #define _mm512_scalef_ps emu_scalef_ps
 #define _mm512_maskz_scalef_ps emu_maskz_scalef_ps
 #define _mm512_cmp_ps_mask emu_cmp_ps_mask
