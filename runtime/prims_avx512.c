@@ -628,13 +628,15 @@ static __m512 add_bias_rows(const float *bias0, const int *BO, long rv, long j0,
   return mx;
 }
 
-static void attend_rows(const attnc_tile *t)
+INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int whole)
 {
   const long rows = t->rows, c = t->c, cp = round16(c), nv = cp / 16, r16 = round16(rows), nrv = r16 / 16;
   float *O = t->work, *QT = O + r16 * cp, *ST = QT + cp * r16, *M = ST + KT * r16, *L = M + r16, *A = L + r16;
   int *LO = (int *)(A + r16), *HI = LO + r16, *BO = HI + r16;
   float *MX = (float *)(BO + r16); /* the column max of the scores, from the q.k kernel */
-  const __mmask16 last = tail_mask(c - (nv - 1) * 16);
+  /* whole: c is a multiple of 16, the loads of v need no mask (a masked
+   * load is one more vector op) */
+  const __mmask16 last = whole ? (__mmask16)0xFFFF : tail_mask(c - (nv - 1) * 16);
   const __m512 ninf = _mm512_set1_ps(-INFINITY), nan = _mm512_set1_ps(NAN);
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
   long r, d, rv, j, j0, jmin, jmax, lo_max, hi_min;
@@ -731,11 +733,22 @@ static void attend_rows(const attnc_tile *t)
       _mm512_store_ps(A + rv * 16, alpha); /* rows whose max grew rescale what they have summed so far */
     }
     /* 8. weighted sum: O = alpha O + P V, P[r][j] = ST[j][r] */
-    pv_all(rows, kt, ST, 1, r16, O, cp, A, t->v + j0 * t->v_stride, t->v_stride, nv, last);
+    /* (nv as it is: the bounds only tell the compiler which p.v kernels this copy needs) */
+    pv_all(rows, kt, ST, 1, r16, O, cp, A, t->v + j0 * t->v_stride, t->v_stride,
+           narrow ? (nv < 2 ? nv : 2) : (nv > 3 ? nv : 3), last);
   }
 
   finish_rows(t, O, cp, M, L, ATTNC_LN2);
 }
+
+/* One copy for narrow heads (c <= 32: the 8-row p.v kernels) and one for
+ * the rest (6 rows): each function then holds only its own p.v kernels,
+ * and the compiler allocates registers for them alone.  With both in one
+ * function, a change to one copy moved the other's row offsets of P to
+ * the stack (see pv_all). */
+static void attend_rows_narrow(const attnc_tile *t) { attend_rows_body(t, 1, 0); }
+static void attend_rows_wide(const attnc_tile *t) { attend_rows_body(t, 0, 0); }
+static void attend_rows_wide_whole(const attnc_tile *t) { attend_rows_body(t, 0, 1); }
 
 /* Tiles of up to 8 rows (decoding): one row at a time, scores along the keys. */
 static void attend_cols(const attnc_tile *t)
@@ -797,7 +810,11 @@ static void attend_cols(const attnc_tile *t)
 
 void attnc_prims_attend_avx512(const attnc_tile *t)
 {
-  if (t->rows > 8 && attnc_prims_fits_lanes(t)) attend_rows(t);
+  if (t->rows > 8 && attnc_prims_fits_lanes(t)) {
+    if (t->c <= 32) attend_rows_narrow(t);
+    else if (t->c % 16 == 0) attend_rows_wide_whole(t);
+    else attend_rows_wide(t);
+  }
   else attend_cols(t);
 }
 
