@@ -41,7 +41,7 @@ void attnc_prims_pack16(const float *w, long n_out, long n_in, float *packed);
 #define ATTNC_EXP2_P3 5.550713464617729e-2f
 #define ATTNC_EXP2_P4 9.675540961325169e-3f
 #define ATTNC_EXP2_P5 1.3276470126584172e-3f
-/* 2^r on [0, 1), the same degree (prims_avx512.c, which takes r = x -
+/* 2^r on [0, 1], the same degree (prims_avx512.c, which takes r = x -
  * floor(x)): 1.5e-7 relative error at most, evaluated in float;
  * fitted and checked by tools/fit_exp2.py */
 #define ATTNC_EXP2F_P0 9.9999994040e-01f

@@ -51,20 +51,19 @@ INLINE __m512 exp512_neg(__m512 x)
 /* attend_rows works in base 2, as prims_avx2.c's attention does
  * (ATTNC_LOG2E in prims.h): fewer vector ops per score than exp512_neg.
  *
- * 2^x for x <= 127 (the softmax's x <= 0); exactly 0 below -150 (and for
- * -inf); NaN stays NaN.  2^x = 2^r * 2^floor(x), r = x - floor(x) in
- * [0, 1): one reduce gives r, prims.h's ATTNC_EXP2F_P0..P5 give 2^r, and
- * scalef, which floors its exponent itself, takes x as it is.  Seven ops
- * a vector, where rounding to the nearest took eleven (a compare for the
- * underflow lanes, a two-op round, the subtraction, a masked scalef). */
+ * 2^x for x <= 127 (the softmax's x <= 0); 0 for -inf and below -150;
+ * NaN stays NaN.  2^x = 2^r * 2^floor(x), r = x - floor(x) in [0, 1]
+ * (1 where x is a tiny negative): one reduce gives r, prims.h's
+ * ATTNC_EXP2F_P0..P5 give 2^r, and scalef, which floors its exponent
+ * itself, takes x as it is.  Six vector ops, where rounding to the
+ * nearest took eleven (a clamp, a compare for the underflow lanes, a
+ * two-op round, the subtraction, a masked scalef).  No clamp is needed:
+ * reduce gives +0 for an infinity and raises no flag, and scalef by -inf
+ * gives 0, so a masked score (-inf) needs nothing of its own. */
 INLINE __m512 exp2_512_neg(__m512 x)
 {
-  __m512 r, p;
-  /* keeps -inf out of the reduce (no invalid-operation flag), and below
-   * -150 2^x rounds to 0; a NaN passes through */
-  x = _mm512_max_ps(_mm512_set1_ps(-151.0f), x);
-  r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  p = _mm512_set1_ps(ATTNC_EXP2F_P5);
+  const __m512 r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(ATTNC_EXP2F_P5);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P4));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P3));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P2));

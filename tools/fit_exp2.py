@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Fits the degree-5 polynomial for 2^r on [0, 1) that runtime/prims.h
+"""Fits the degree-5 polynomial for 2^r on [0, 1] that runtime/prims.h
 keeps as ATTNC_EXP2F_P0..P5 (prims_avx512.c's exp2_512_neg), and prints
 its relative error evaluated as the kernel evaluates it: float
 coefficients, Horner's rule in float with fused multiply-adds.
@@ -41,6 +41,8 @@ def horner_f32(c, r):
 def main():
     r = np.linspace(0.0, 1.0, 200001)[:-1].astype(np.float32).astype(np.float64)
     c = fit(r).astype(np.float32)
+    # r = 1 too: x - floor(x) rounds to 1 for a tiny negative x
+    r = np.append(r, 1.0)
     err = np.abs(horner_f32(c, r) - 2.0 ** r) / 2.0 ** r
     for k, x in enumerate(c):
         print("#define ATTNC_EXP2F_P%d %.10ef" % (k, x))
