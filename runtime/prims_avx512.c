@@ -80,9 +80,11 @@ INLINE __m512 exp512(__m512 x)
 
 /* ---- linear: y = x W^T + b with W packed in panels of 32 outputs ---- */
 
-/* An MR x 32 block of y over kc inputs: 2*MR accumulators in registers. */
+/* An MR x 32 block of y over kc inputs: 2*MR accumulators in registers.
+ * pf, when set, is the next panel at the same inputs: its two lines of
+ * each k are asked for into L2 as this one goes (see linear_cols). */
 INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const float *bp, float *c, long ldc,
-                       int first, const float *bias, __mmask16 m0, __mmask16 m1)
+                       int first, const float *bias, __mmask16 m0, __mmask16 m1, const char *pf)
 {
   __m512 acc0[12], acc1[12];
   long k;
@@ -93,6 +95,10 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
   }
   for (k = 0; k < kc; k++) {
     __m512 b0 = _mm512_loadu_ps(bp + k * NR), b1 = _mm512_loadu_ps(bp + k * NR + 16);
+    if (pf) {
+      _mm_prefetch(pf + k * 128, _MM_HINT_T1);
+      _mm_prefetch(pf + k * 128 + 64, _MM_HINT_T1);
+    }
     for (i = 0; i < MR; i++) {
       __m512 ai = _mm512_set1_ps(a[i * lda + k]);
       acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
@@ -138,19 +144,26 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
         for (r0 = rb0; r0 < rb1; r0 += 12) {
           const float *a = x + r0 * x_stride + k0;
           float *c = yc + r0 * y_stride;
+          /* the first pass finds a panel in L3 when the weight is larger
+           * than L2 (a projection of few rows, whose items each take a
+           * share of the columns): its first row block asks for the next
+           * panel, so the next first block does not wait on L3.  Full A
+           * (128 rows, 4 MiB of weights) on a Xeon, 2 threads: 0.97 of
+           * the time; full B, full C, AlphaFold E: 0.98 */
+          const char *pf = rb0 == 0 && r0 == rb0 && p + 1 < panels ? (const char *)(bp + NR * n_in) : NULL;
           switch (rb1 - r0 < 12 ? rb1 - r0 : 12) {
-          case 12: lin_kernel(12, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 11: lin_kernel(11, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 10: lin_kernel(10, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 9: lin_kernel(9, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 8: lin_kernel(8, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 7: lin_kernel(7, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 6: lin_kernel(6, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 5: lin_kernel(5, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 4: lin_kernel(4, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 3: lin_kernel(3, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          case 2: lin_kernel(2, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
-          default: lin_kernel(1, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1); break;
+          case 12: lin_kernel(12, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 11: lin_kernel(11, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 10: lin_kernel(10, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 9: lin_kernel(9, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 8: lin_kernel(8, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 7: lin_kernel(7, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 6: lin_kernel(6, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 5: lin_kernel(5, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 4: lin_kernel(4, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 3: lin_kernel(3, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 2: lin_kernel(2, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          default: lin_kernel(1, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
           }
         }
       }
