@@ -753,12 +753,14 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
   finish_rows(t, O, cp, M, L, ATTNC_LN2);
 }
 
-/* One copy for narrow heads (c <= 32: the 8-row p.v kernels) and one for
- * the rest (6 rows): each function then holds only its own p.v kernels,
- * and the compiler allocates registers for them alone.  With both in one
+/* Copies for narrow heads (c <= 32: the 8-row p.v kernels) and for the
+ * rest (6 rows), each also for c a multiple of 16 (whole: no masked loads
+ * of v): each function then holds only its own p.v kernels, and the
+ * compiler allocates registers for them alone.  With both widths in one
  * function, a change to one copy moved the other's row offsets of P to
  * the stack (see pv_all). */
 static void attend_rows_narrow(const attnc_tile *t) { attend_rows_body(t, 1, 0); }
+static void attend_rows_narrow_whole(const attnc_tile *t) { attend_rows_body(t, 1, 1); }
 static void attend_rows_wide(const attnc_tile *t) { attend_rows_body(t, 0, 0); }
 static void attend_rows_wide_whole(const attnc_tile *t) { attend_rows_body(t, 0, 1); }
 
@@ -823,7 +825,10 @@ static void attend_cols(const attnc_tile *t)
 void attnc_prims_attend_avx512(const attnc_tile *t)
 {
   if (t->rows > 8 && attnc_prims_fits_lanes(t)) {
-    if (t->c <= 32) attend_rows_narrow(t);
+    if (t->c <= 32) {
+      if (t->c % 16 == 0) attend_rows_narrow_whole(t);
+      else attend_rows_narrow(t);
+    }
     else if (t->c % 16 == 0) attend_rows_wide_whole(t);
     else attend_rows_wide(t);
   }
