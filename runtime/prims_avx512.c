@@ -9,7 +9,7 @@
 
 #define NR ATTNC_PACK_NR
 #define KC 1024 /* inputs per pass: one pass up to 1024 (the y block is not re-read; B streams from L2) */
-#define MC 48   /* rows per pass: their x (96 KiB at 512 inputs) stays in L2 */
+#define MC 56   /* rows per pass, four blocks of 14: their x (112 KiB at 512 inputs) stays in L2 */
 #define KT ATTNC_ATTEND_KT
 /* attend_cols' score rows (softmax_row, qk_kernel) are four vectors: 64 keys */
 typedef char attnc_kt_is_64[KT == 64 ? 1 : -1];
@@ -86,7 +86,7 @@ INLINE __m512 exp512(__m512 x)
 INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const float *bp, float *c, long ldc,
                        int first, const float *bias, __mmask16 m0, __mmask16 m1, const char *pf)
 {
-  __m512 acc0[12], acc1[12];
+  __m512 acc0[14], acc1[14];
   long k;
   int i;
   for (i = 0; i < MR; i++) {
@@ -141,7 +141,7 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
         const float *bias = b ? b + p * NR : NULL;
         const long col = col0 + p * NR;
         float *yc = y + col / head_w * head_stride + col % head_w;
-        for (r0 = rb0; r0 < rb1; r0 += 12) {
+        for (r0 = rb0; r0 < rb1; r0 += 14) {
           const float *a = x + r0 * x_stride + k0;
           float *c = yc + r0 * y_stride;
           /* the first pass finds a panel in L3 when the weight is larger
@@ -151,7 +151,9 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
            * (128 rows, 4 MiB of weights) on a Xeon, 2 threads: 0.97 of
            * the time; full B, full C, AlphaFold E: 0.98 */
           const char *pf = rb0 == 0 && r0 == rb0 && p + 1 < panels ? (const char *)(bp + NR * n_in) : NULL;
-          switch (rb1 - r0 < 12 ? rb1 - r0 : 12) {
+          switch (rb1 - r0 < 14 ? rb1 - r0 : 14) {
+          case 14: lin_kernel(14, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          case 13: lin_kernel(13, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
           case 12: lin_kernel(12, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
           case 11: lin_kernel(11, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
           case 10: lin_kernel(10, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
