@@ -528,7 +528,7 @@ static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float 
 INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r16, const float *k, long k_stride,
                        float *ST, float *MX, const float *BT, long bt_j, long live)
 {
-  __m512 acc[4][4];
+  __m512 acc[6][4];
   const __m512 log2e = _mm512_set1_ps(ATTNC_LOG2E);
   long d;
   int j, u;
@@ -554,23 +554,28 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
   }
 }
 
-static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
-                     float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
+/* QKB keys a block: 4 (16 accumulators) for narrow heads, 6 (24) for the
+ * rest, where each row vector of q loaded then feeds six FMAs.  Six keys
+ * measured 0.96-0.98 of the attention's time at head_dim 64 and 1.03-1.07
+ * at head_dim 32 (a 32-long d loop: the blocks' ends weigh more), on a
+ * Xeon (bench/ab_attend.sh). */
+INLINE void qkT_tile_body(const int QKB, long nrv, long kt, long c, const float *QT, long r16, const float *k,
+                          long k_stride, float *ST, float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
 {
   long rv0, jb;
   for (rv0 = 0; rv0 < r16; rv0 += 16) _mm512_store_ps(MX + rv0, _mm512_set1_ps(-INFINITY));
   for (rv0 = 0; rv0 < nrv; rv0 += 4) {
     const long nr = nrv - rv0 < 4 ? nrv - rv0 : 4;
-    for (jb = 0; jb < kt; jb += 4) {
-      const long nj = kt - jb < 4 ? kt - jb : 4;
+    for (jb = 0; jb < kt; jb += QKB) {
+      const long nj = kt - jb < QKB ? kt - jb : QKB;
       const float *qt = QT + rv0 * 16, *kb = k + jb * k_stride, *bt = BT ? BT + jb * bt_j + rv0 * 16 : NULL;
       float *st = ST + jb * r16 + rv0 * 16, *mx = MX + rv0 * 16;
       const long live = rows - rv0 * 16;
-      if (rv0 == 0) prefetch_next(nx, jb, jb + 4);
+      if (rv0 == 0) prefetch_next(nx, jb, jb + QKB);
       if (BT && jb + 8 < kt) { /* the bias two key blocks ahead (from L3 or memory, a cold bias waited here) */
         const float *bn = BT + (jb + 8) * bt_j + rv0 * 16;
         int x, l;
-        for (x = 0; x < 4; x++)
+        for (x = 0; x < QKB && jb + 8 + x < kt; x++)
           for (l = 0; l < nr; l++) _mm_prefetch((const char *)(bn + x * bt_j + l * 16), _MM_HINT_T0);
       }
 #define QK_NQ(NJ)                                                         \
@@ -581,6 +586,8 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const
   default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
   }
       switch (nj) {
+      case 6: QK_NQ(6) break;
+      case 5: QK_NQ(5) break;
       case 4: QK_NQ(4) break;
       case 3: QK_NQ(3) break;
       case 2: QK_NQ(2) break;
@@ -589,6 +596,17 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r16, const
 #undef QK_NQ
     }
   }
+}
+
+static void qkT_tile4(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
+                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
+{
+  qkT_tile_body(4, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx);
+}
+static void qkT_tile6(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
+                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
+{
+  qkT_tile_body(6, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx);
 }
 
 /* r[0..15] (16 floats each) -> its transpose, in registers. */
@@ -699,7 +717,7 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
       for (r = 0; r < rows; r++)
         attnc_prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
     /* 4. scores (5. plus a bias laid out like them, rows contiguous) */
-    qkT_tile(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
+    (narrow ? qkT_tile4 : qkT_tile6)(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
              bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx);
     for (rv = 0; rv < nrv; rv++) {
       float *st = ST + rv * 16;
