@@ -322,6 +322,10 @@ static void test_prims_attend(void **state)
     { 24, 2, 32, 600, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0 }, /* and key splits */
     { 40, 1, 64, 260, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1 }, /* scores jump at the second tile: scored again */
     { 64, 1, 48, 330, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2 }, /* scores keep growing */
+    /* wide heads, whose AVX-512 q.k takes 6 keys a block: a last key
+     * tile of 11 keys (6 + 5) and of 9 (6 + 3) */
+    { 24, 1, 64, 75, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },
+    { 17, 1, 96, 73, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0 },
   };
   size_t i;
   int fails = 0;
