@@ -710,8 +710,13 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
     if (!b->k->gen.used[slot]) continue;
     if (b->packed_from[slot] != t->data || !b->packed[slot]) {
       long n = attnc_prims_pack_size((long)t->shape[0], (long)t->shape[1]);
-      float *p = realloc(b->packed[slot], sizeof(float) * (size_t)n);
-      if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
+      void *p = NULL;
+      /* 64-byte aligned, so that no vector load of a panel spans two cache
+       * lines: from malloc (16 bytes past a page for a large block), full
+       * A's projections took 1.07 of the time (a Xeon, one thread) */
+      if (posix_memalign(&p, 64, sizeof(float) * (size_t)n) != 0)
+        return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
+      free(b->packed[slot]);
       attnc_prims_pack((const float *)t->data, (long)t->shape[0], (long)t->shape[1], p);
       b->packed[slot] = p;
       b->packed_from[slot] = t->data;
