@@ -590,8 +590,10 @@ static int cmd_bench(struct cli *c)
   if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
   {
     size_t n = attnc_dtype_size(out.dtype);
+    void *mem = NULL;
     for (i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
-    out.data = malloc(n + 1);
+    /* on a 64-byte boundary, as checker_bind_random gives the inputs */
+    out.data = posix_memalign(&mem, 64, n + 1) == 0 ? mem : NULL;
     times = malloc(sizeof(double) * (size_t)runs);
     if (!out.data || !times) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
   }

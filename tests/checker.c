@@ -19,11 +19,16 @@ static double uniform(uint64_t *s)
 
 struct buf {
   attnc_tensor t;
+  void *mem; /* what t.data points into */
   double *ref;
 };
 
 /* Fill a tensor with values in [-amp, amp] (or 0/1 keeps for a mask). */
-static int fill(struct buf *bf, attnc_dtype dt, int rank, const int64_t *shape, double amp, double keep, uint64_t *rng)
+/* Tensors start on a 64-byte boundary, as a caller who cares for speed
+ * allocates them (a vector load then never spans two cache lines), or
+ * `misalign` elements past one, to test that nothing needs it. */
+static int fill(struct buf *bf, attnc_dtype dt, int rank, const int64_t *shape, double amp, double keep, int misalign,
+                uint64_t *rng)
 {
   size_t n = 1, i;
   int a;
@@ -33,7 +38,8 @@ static int fill(struct buf *bf, attnc_dtype dt, int rank, const int64_t *shape, 
     bf->t.shape[a] = shape[a];
     n *= (size_t)shape[a];
   }
-  bf->t.data = malloc(n * attnc_dtype_size(dt) + 1);
+  if (posix_memalign(&bf->mem, 64, (n + (size_t)misalign) * attnc_dtype_size(dt) + 1) != 0) bf->mem = NULL;
+  bf->t.data = bf->mem ? (char *)bf->mem + (size_t)misalign * attnc_dtype_size(dt) : NULL;
   bf->ref = malloc(n * sizeof(double) + 1);
   if (!bf->t.data || !bf->ref) return -1;
   for (i = 0; i < n; i++) {
@@ -106,7 +112,7 @@ void checker_inputs_free(checker_inputs *in)
 {
   int slot;
   if (!in) return;
-  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) { free(in->bufs[slot].t.data); free(in->bufs[slot].ref); }
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) { free(in->bufs[slot].mem); free(in->bufs[slot].ref); }
   free(in);
 }
 
@@ -154,7 +160,8 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
     } else if (slot == ATTNC_SLOT_X || slot == ATTNC_SLOT_Q) {
       amp = o->scale_inputs > 0 ? o->scale_inputs : 1;
     }
-    if (fill(&in->bufs[slot], slot == ATTNC_SLOT_MASK ? ATTNC_U8 : g->dtype, rank, shape, amp, keep, &rng) != 0) {
+    if (fill(&in->bufs[slot], slot == ATTNC_SLOT_MASK ? ATTNC_U8 : g->dtype, rank, shape, amp, keep, o->misalign,
+             &rng) != 0) {
       attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
       checker_inputs_free(in);
       return NULL;
@@ -180,6 +187,7 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   ref_problem p;
   ref_tensors rt;
   double *ref_out = NULL, atol, rtol, worst = 0;
+  void *out_mem = NULL;
   int i;
   size_t n, j;
 
@@ -203,7 +211,8 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   if (r->status != ATTNC_OK) goto done;
   n = 1;
   for (i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
-  out.data = malloc(n * attnc_dtype_size(out.dtype) + 1);
+  if (posix_memalign(&out_mem, 64, (n + (size_t)o->misalign) * attnc_dtype_size(out.dtype) + 1) != 0) out_mem = NULL;
+  out.data = out_mem ? (char *)out_mem + (size_t)o->misalign * attnc_dtype_size(out.dtype) : NULL;
   ref_out = malloc(n * sizeof(double) + 1);
   if (!out.data || !ref_out) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
   r->status = attnc_run(b, &out, &r->err);
@@ -237,7 +246,7 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   r->ok = worst <= 1;
 done:
   checker_inputs_free(in);
-  free(out.data);
+  free(out_mem);
   free(ref_out);
   attnc_bindings_free(b);
   attnc_release(k);

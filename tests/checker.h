@@ -18,6 +18,7 @@ typedef struct checker_opts {
   double mask_keep;               /* probability a key is kept; 0: 0.8 */
   double scale_inputs;            /* multiply x (or q) by this; 0: 1 */
   int threads;                    /* 0: the default */
+  int misalign;                   /* tensors start this many elements past a 64-byte boundary (0: on it) */
   double *out_copy;               /* if set: receives the kernel's output as doubles (out_n of them) */
   size_t out_n;
 } checker_opts;
