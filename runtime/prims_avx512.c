@@ -9,7 +9,6 @@
 
 #define NR ATTNC_PACK_NR
 #define KC 1024 /* inputs per pass: one pass up to 1024 (the y block is not re-read; B streams from L2) */
-#define MC 56   /* rows per pass, four blocks of 14: their x (112 KiB at 512 inputs) stays in L2 */
 #define KT ATTNC_ATTEND_KT
 /* attend_cols' score rows (softmax_row, qk_kernel) are four vectors: 64 keys */
 typedef char attnc_kt_is_64[KT == 64 ? 1 : -1];
@@ -87,8 +86,14 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
                        int first, const float *bias, __mmask16 m0, __mmask16 m1, const char *pf)
 {
   __m512 acc0[14], acc1[14];
+  /* row i at a3[i / 3] + i % 3 rows: five bases and three offsets (0, 1
+   * and 2 rows, plus k) address the 14 rows, where one pointer per row
+   * left too few registers, and gcc reloaded row offsets from the stack
+   * every k */
+  const float *a3[5];
   long k;
   int i;
+  for (i = 0; i < 5; i++) a3[i] = a + 3 * i * lda;
   for (i = 0; i < MR; i++) {
     acc0[i] = _mm512_setzero_ps();
     acc1[i] = _mm512_setzero_ps();
@@ -100,7 +105,7 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
       _mm_prefetch(pf + k * 128 + 64, _MM_HINT_T1);
     }
     for (i = 0; i < MR; i++) {
-      __m512 ai = _mm512_set1_ps(a[i * lda + k]);
+      __m512 ai = _mm512_set1_ps(a3[i / 3][i % 3 * lda + k]);
       acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
       acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
     }
@@ -127,10 +132,16 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
 static void linear_cols(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                         const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
 {
-  long panels = (n_out + NR - 1) / NR, rb0, k0, p, r0;
-  /* MC rows at a time: their x stays in L2 while every panel passes */
-  for (rb0 = 0; rb0 < rows; rb0 += MC) {
-    const long rb1 = rows - rb0 < MC ? rows : rb0 + MC;
+  /* Rows in blocks of at most 14, their sizes differing by at most one
+   * (128 rows: 8 of 13 and 2 of 12, where blocks of 14 left a 2-row block
+   * at half the FMA rate), and the blocks in passes of at most 4, also
+   * even: a pass's x (at most 56 rows, 112 KiB at 512 inputs) stays in L2
+   * while every panel goes by.  Which block a row falls in never changes
+   * how its outputs are summed. */
+  const long panels = (n_out + NR - 1) / NR, nblk = (rows + 13) / 14, npass = (nblk + 3) / 4;
+  long pass, k0, p, bk;
+  for (pass = 0; pass < npass; pass++) {
+    const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
     for (k0 = 0; k0 < n_in; k0 += KC) {
       long kc = n_in - k0 < KC ? n_in - k0 : KC;
       int first = k0 == 0;
@@ -141,7 +152,8 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
         const float *bias = b ? b + p * NR : NULL;
         const long col = col0 + p * NR;
         float *yc = y + col / head_w * head_stride + col % head_w;
-        for (r0 = rb0; r0 < rb1; r0 += 14) {
+        for (bk = b0; bk < b1; bk++) {
+          const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
           const float *a = x + r0 * x_stride + k0;
           float *c = yc + r0 * y_stride;
           /* the first pass finds a panel in L3 when the weight is larger
@@ -150,10 +162,10 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
            * panel, so the next first block does not wait on L3.  Full A
            * (128 rows, 4 MiB of weights) on a Xeon, 2 threads: 0.97 of
            * the time; full B, full C, AlphaFold E: 0.98 */
-          const char *pf = rb0 == 0 && r0 == rb0 && p + 1 < panels ? (const char *)(bp + NR * n_in) : NULL;
+          const char *pf = pass == 0 && bk == b0 && p + 1 < panels ? (const char *)(bp + NR * n_in) : NULL;
 #define LIN_CASE(MR) \
   case MR: lin_kernel(MR, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
-          switch (rb1 - r0 < 14 ? rb1 - r0 : 14) { /* rows as a compile-time constant */
+          switch (mr) { /* rows as a compile-time constant */
             LIN_CASE(14) LIN_CASE(13) LIN_CASE(12) LIN_CASE(11) LIN_CASE(10) LIN_CASE(9) LIN_CASE(8)
             LIN_CASE(7) LIN_CASE(6) LIN_CASE(5) LIN_CASE(4) LIN_CASE(3) LIN_CASE(2)
           default: lin_kernel(1, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
