@@ -162,6 +162,9 @@ function M.emit(p)
   -- rows of one batch element are contiguous in kv
   env.hm_ok = env.fast_ok and not p.core and p.C % 32 == 0
   env.kv_hm_ok = env.hm_ok and tostring(p.kv_step) == "1"
+  -- an attend item may project its own kv head's columns first (by_head):
+  -- when the heads start on the packed weights' panels
+  env.head_ok = env.fuse_ok and env.hm_ok
   env.bias_t_ok = env.fast_ok and p.has_bias and env.bias_offset == "0" and p.bias_i ~= nil and p.bias_j ~= nil
     and p.HPG == 1 and not p.global
   if not p.core then

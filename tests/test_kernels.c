@@ -36,6 +36,7 @@ static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S,
   o.seed = seed;
   o.mask_rank = mask_rank;
   o.mask_keep = keep;
+  o.threads = 2; /* the work split (by_head, fused) as on two cores, whatever this machine has */
   /* a third of the cases on tensors 1 or 2 elements past a 64-byte
    * boundary: no vector load or store may rely on alignment */
   o.misalign = (int)(seed % 3);
@@ -246,7 +247,10 @@ static void sweep_shared_bias(attnc_backend be)
  * projected head by head into a head-major scratch: row blocks that cross
  * batch elements, column chunks of half a head, GQA, cross-attention,
  * masks and windows, global attention, and the fused path (4 batch
- * elements) on either axis. */
+ * elements) on either axis.  With 2 batch elements x 2 kv heads (or more)
+ * on 2 threads, each attend item projects its own kv head (by_head): the
+ * gated spec, and the attention axis outermost, where k and v keep x's
+ * layout, cover its other branches. */
 static void sweep_head_major(attnc_backend be)
 {
   static const struct { const char *spec; int hm; } specs[] = {
@@ -259,6 +263,8 @@ static void sweep_head_major(attnc_backend be)
     /* the attention axis outermost: only the fused path goes head-major */
     { "alphafold x=S,4,64 attn_dim=0 heads=2 head_dim=32 bias=2,S,S mask=key", 0 },
     { "mha x=B,S,100 heads=4 head_dim=25", 0 },
+    { "alphafold x=B,S,64 heads=2 head_dim=32 gated mask=key", 1 },
+    { "mha x=S,B,64 attn_dim=0 heads=2 head_dim=32", 0 },
   };
   static const int64_t lens[] = { 1, 7, 33, 70 };
   struct sweep sw = { 0, 0 };
@@ -316,6 +322,8 @@ static void test_kernels_threads_identical(void **s)
     /* the bias transposed; fused on 1 and 2 threads, not on 3 (4 batch elements do not share out): the same bits */
     "alphafold x=4,S,32 heads=4 head_dim=8 gated bias=4,S,S mask=key",
     "mha mode=core q=1,8,1,64 kv=1,2,S,64 mask=key", /* decode: key splits */
+    /* projected by kv head in the attend items on 1 and 2 threads, not on 3 (4 items): the same bits */
+    "mha x=1,S,128 heads=4 head_dim=32 causal",
   };
   size_t i;
   int th;
