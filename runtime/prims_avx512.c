@@ -9,6 +9,7 @@
 
 #define NR ATTNC_PACK_NR
 #define KC 1024 /* inputs per pass: one pass up to 1024 (the y block is not re-read; B streams from L2) */
+#define PF_AHEAD 32 /* inputs: a panel's first block asks for its rows 4 KiB ahead */
 #define KT ATTNC_ATTEND_KT
 /* attend_cols' score rows (softmax_row, qk_kernel) are four vectors: 64 keys */
 typedef char attnc_kt_is_64[KT == 64 ? 1 : -1];
@@ -156,13 +157,17 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
           const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
           const float *a = x + r0 * x_stride + k0;
           float *c = yc + r0 * y_stride;
-          /* the first pass finds a panel in L3 when the weight is larger
+          /* The first pass finds a panel in L3 when the weight is larger
            * than L2 (a projection of few rows, whose items each take a
-           * share of the columns): its first row block asks for the next
-           * panel, so the next first block does not wait on L3.  Full A
-           * (128 rows, 4 MiB of weights) on a Xeon, 2 threads: 0.97 of
-           * the time; full B, full C, AlphaFold E: 0.98 */
-          const char *pf = pass == 0 && bk == b0 && p + 1 < panels ? (const char *)(bp + NR * n_in) : NULL;
+           * share of the columns).  Its second row block asks for the
+           * next panel, so the next first block does not wait on L3 (full
+           * A, 128 rows and 4 MiB of weights, on a Xeon, 2 threads: 0.97
+           * of the time; full B, full C, AlphaFold E: 0.98).  The first
+           * panel, and every panel of a one-block pass, is asked for by
+           * its own first block, PF_AHEAD inputs ahead. */
+          const char *pf = NULL;
+          if (pass == 0 && bk == b0 && (p == 0 || b1 - b0 == 1)) pf = (const char *)(bp + PF_AHEAD * NR);
+          else if (pass == 0 && bk == b0 + 1 && p + 1 < panels) pf = (const char *)(bp + NR * n_in);
 #define LIN_CASE(MR) \
   case MR: lin_kernel(MR, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
           switch (mr) { /* rows as a compile-time constant */
