@@ -144,10 +144,15 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
 static void linear_cols(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                         const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
 {
-  long panels = (n_out + NR - 1) / NR, m0, k0, p, h, r0;
-  /* MC rows at a time: their x stays in L2 while every panel passes */
-  for (m0 = 0; m0 < rows; m0 += MC) {
-    const long m1 = rows - m0 < MC ? rows : m0 + MC;
+  /* Rows in blocks of at most 6, their sizes differing by at most one
+   * (128 rows: 18 of 6 and 4 of 5, not 21 of 6 and one of 2 at a third
+   * of the FMA rate), in passes of at most 8 blocks (MC rows), also even:
+   * a pass's x stays in L2 while every panel goes by.  Which block a row
+   * falls in never changes how its outputs are summed. */
+  const long panels = (n_out + NR - 1) / NR, nblk = (rows + 5) / 6, npass = (nblk + MC / 6 - 1) / (MC / 6);
+  long pass, k0, p, h, bk;
+  for (pass = 0; pass < npass; pass++) {
+    const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
     for (k0 = 0; k0 < n_in; k0 += KC) {
       long kc = n_in - k0 < KC ? n_in - k0 : KC;
       int first = k0 == 0;
@@ -159,10 +164,11 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
           const long col = col0 + p * NR + h;
           float *yc = y + col / head_w * head_stride + col % head_w;
           if (nv <= 0) break;
-          for (r0 = m0; r0 < m1; r0 += 6) {
+          for (bk = b0; bk < b1; bk++) {
+            const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
             const float *a = x + r0 * x_stride + k0;
             float *c = yc + r0 * y_stride;
-            switch (m1 - r0 < 6 ? m1 - r0 : 6) {
+            switch (mr) {
             case 6: lin_kernel(6, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
             case 5: lin_kernel(5, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
             case 4: lin_kernel(4, kc, a, x_stride, bp, c, y_stride, first, bias, nv); break;
