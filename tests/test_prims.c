@@ -76,8 +76,9 @@ static int check_linear(linear_fn f, pack_fn pack, long rows, long n_in, long n_
 
 static void test_prims_linear(void **state)
 {
-  /* n_in past 1024 (2049): more than one pass over the inputs, each adding to y */
-  static const long shapes[][3] = { { 1, 1, 1 }, { 5, 7, 3 }, { 12, 64, 32 }, { 13, 300, 33 }, { 25, 513, 64 }, { 96, 256, 100 }, { 14, 2049, 40 }, { 7, 40, 20 }, { 200, 300, 40 } };
+  /* n_in past 1024 (2049): more than one pass over the inputs, each adding to y;
+   * 128 rows: blocks of 13 and 12 (AVX-512), of 6 and 5 (AVX2), in three passes */
+  static const long shapes[][3] = { { 1, 1, 1 }, { 5, 7, 3 }, { 12, 64, 32 }, { 13, 300, 33 }, { 25, 513, 64 }, { 96, 256, 100 }, { 14, 2049, 40 }, { 7, 40, 20 }, { 200, 300, 40 }, { 128, 96, 64 } };
   size_t i;
   int b, fails = 0;
   (void)state;
