@@ -62,6 +62,24 @@ void attnc_prims_linear_heads_generic(const float *x, long rows, long x_stride, 
                                       long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
                                       long head_stride);
 /* Visible key range of tile row r: [lo, hi] (empty when lo > hi). */
+/* Rows r0 .. r0 + n - 1 of a tile's q (or o): row r at base + (r /
+ * q_group) * stride + (r % q_group) * hstride, NULL past t->rows.  One
+ * division for the lot: one per row and 16-float block cost the AVX-512
+ * attention about 3% of core B (a 64-bit idiv each). */
+static inline void attnc_prims_row_ptrs(const attnc_tile *t, const float *base, long stride, long hstride, long r0,
+                                        int n, const float **out)
+{
+  long i = r0 / t->q_group, hh = r0 % t->q_group;
+  int u;
+  for (u = 0; u < n; u++) {
+    out[u] = r0 + u < t->rows ? base + i * stride + hh * hstride : (const float *)0;
+    if (++hh == t->q_group) {
+      hh = 0;
+      i++;
+    }
+  }
+}
+
 static inline void attnc_prims_row_range(const attnc_tile *t, long r, long *lo, long *hi)
 {
   long i = t->i0 + r / t->q_group;

@@ -579,7 +579,7 @@ static void attend_rows(const attnc_tile *t)
   /* up to 8 rows (decoding): q.k as dot products, each key loaded once
    * for all rows, instead of one broadcast per element */
   const int few = rows <= 8;
-  long r, d, rv, j, j0, jmin, jmax, lo_max, hi_min;
+  long d, rv, j, j0, jmin, jmax, lo_max, hi_min;
   int m_finite = 0; /* every lane's running max is a number (not -inf, not NaN) */
 
   /* O: rows of the output (decoding), else transposed like the scores,
@@ -595,17 +595,15 @@ static void attend_rows(const attnc_tile *t)
   }
   /* 3. scale, 2. split heads: QT[d][r] = scale * q[r][d], 8 x 8 blocks
    * transposed in registers (padding rows are 0) */
-  for (rv = 0; rv < nrv; rv++)
+  for (rv = 0; rv < nrv; rv++) {
+    const float *qr[8];
+    attnc_prims_row_ptrs(t, t->q, t->q_stride, t->q_hstride, rv * 8, 8, qr);
     for (d = 0; d < c; d += 8) {
       const long nd = c - d < 8 ? c - d : 8;
       const __m256 sc = _mm256_set1_ps(t->scale * ATTNC_LOG2E);
       __m256 x[8];
       int u;
-      for (u = 0; u < 8; u++) {
-        r = rv * 8 + u;
-        x[u] = r < rows ? _mm256_mul_ps(sc, load_n(t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride + d, nd))
-                        : zero;
-      }
+      for (u = 0; u < 8; u++) x[u] = qr[u] ? _mm256_mul_ps(sc, load_n(qr[u] + d, nd)) : zero;
       if (few) { /* the dot-product q.k keeps q's rows: Q[r][d] in QT's place */
         for (u = 0; u < 8; u++) _mm256_store_ps(QT + u * cp + d, x[u]);
         continue;
@@ -613,6 +611,7 @@ static void attend_rows(const attnc_tile *t)
       transpose8(x);
       for (u = 0; u < nd; u++) _mm256_store_ps(QT + (d + u) * r8 + rv * 8, x[u]);
     }
+  }
 
   /* 5. bias: one contiguous along the keys goes in by 8x8 transposes; one
    * contiguous along the query rows with the scores, 8 rows of one key a

@@ -694,22 +694,21 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
   }
   /* 3. scale, 2. split heads: QT[d][r] = scale * q[r][d], 16 x 16 blocks
    * transposed in registers (padding rows are 0) */
-  for (rv = 0; rv < nrv; rv++)
+  for (rv = 0; rv < nrv; rv++) {
+    const float *qr[16];
+    attnc_prims_row_ptrs(t, t->q, t->q_stride, t->q_hstride, rv * 16, 16, qr);
     for (d = 0; d < c; d += 16) {
       const long nd = c - d < 16 ? c - d : 16;
       const __mmask16 m = tail_mask(nd);
       const __m512 sc = _mm512_set1_ps(t->scale * ATTNC_LOG2E);
       __m512 x[16];
       int u;
-      for (u = 0; u < 16; u++) {
-        r = rv * 16 + u;
-        x[u] = r < rows ? _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(m, t->q + (r / t->q_group) * t->q_stride +
-                                                                       (r % t->q_group) * t->q_hstride + d))
-                        : _mm512_setzero_ps();
-      }
+      for (u = 0; u < 16; u++)
+        x[u] = qr[u] ? _mm512_mul_ps(sc, _mm512_maskz_loadu_ps(m, qr[u] + d)) : _mm512_setzero_ps();
       transpose16(x);
       for (u = 0; u < nd; u++) _mm512_store_ps(QT + (d + u) * r16 + rv * 16, x[u]);
     }
+  }
 
   /* 5. bias: one contiguous along the keys goes in by 16x16 transposes;
    * one contiguous along the query rows (transposed by the kernel), with
