@@ -48,6 +48,15 @@ INLINE __m512 exp512_neg(__m512 x)
   return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
+/* The stale max: once every row has a running max m, a key tile whose
+ * scores stay within m + STALE_MAX (in base 2) is exponentiated against
+ * m itself, inside the q.k kernel, and m, the sums so far and o need no
+ * rescaling.  Probabilities then reach 2^STALE_MAX = 256 at most, which
+ * float holds as well as 1.  A tile past that is scored again and goes
+ * the usual way, which moves m up.  (prims_avx2.c has had it since the
+ * fifth AVX2 session.) */
+#define STALE_MAX 8.0f
+
 /* attend_rows works in base 2, as prims_avx2.c's attention does
  * (ATTNC_LOG2E in prims.h): fewer vector ops per score than exp512_neg.
  *
@@ -533,16 +542,23 @@ static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float 
 /* ST[j][16*u ..] (rows 16 apart by r16) for NJ keys k[j] x NQ row vectors,
  * plus BT[j * bt_j + 16*u ..] when there is a bias laid out like the scores
  * (its lanes past `live` rows not read); MX[16*u ..] = max(MX, these
- * scores) (a NaN score may be dropped: see attend_rows). */
+ * scores) (a NaN score may be dropped: see attend_rows).
+ *
+ * With NM set (-m, the rows' running max negated: see STALE_MAX), the
+ * sums start at -m, so that MX gets the largest s - m, and ST the
+ * probabilities 2^(s - m), taken from the registers, and TS[16*u ..]
+ * their sums: no pass of its own over the tile for the softmax. */
 INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r16, const float *k, long k_stride,
-                       float *ST, float *MX, const float *BT, long bt_j, long live)
+                       float *ST, float *MX, const float *BT, long bt_j, long live, const float *NM, float *TS)
 {
   __m512 acc[6][4];
   const __m512 log2e = _mm512_set1_ps(ATTNC_LOG2E);
   long d;
   int j, u;
-  for (j = 0; j < NJ; j++)
-    for (u = 0; u < NQ; u++) acc[j][u] = _mm512_setzero_ps();
+  for (u = 0; u < NQ; u++) {
+    const __m512 a0 = NM ? _mm512_load_ps(NM + u * 16) : _mm512_setzero_ps();
+    for (j = 0; j < NJ; j++) acc[j][u] = a0;
+  }
   for (d = 0; d < c; d++) {
     __m512 q[4];
     for (u = 0; u < NQ; u++) q[u] = _mm512_load_ps(QT + d * r16 + u * 16);
@@ -554,12 +570,20 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
   for (u = 0; u < NQ; u++) {
     __m512 m = _mm512_load_ps(MX + u * 16);
     const __mmask16 lm = tail_mask(live - u * 16 < 0 ? 0 : live - u * 16);
+    __m512 ts = NM ? _mm512_load_ps(TS + u * 16) : _mm512_setzero_ps();
     for (j = 0; j < NJ; j++) {
       if (BT) acc[j][u] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lm, BT + j * bt_j + u * 16), log2e, acc[j][u]);
-      _mm512_store_ps(ST + j * r16 + u * 16, acc[j][u]);
       m = _mm512_max_ps(m, acc[j][u]);
+      if (NM) {
+        const __m512 p = exp2_512_neg(acc[j][u]);
+        _mm512_store_ps(ST + j * r16 + u * 16, p);
+        ts = _mm512_add_ps(ts, p);
+      } else {
+        _mm512_store_ps(ST + j * r16 + u * 16, acc[j][u]);
+      }
     }
     _mm512_store_ps(MX + u * 16, m);
+    if (NM) _mm512_store_ps(TS + u * 16, ts);
   }
 }
 
@@ -569,16 +593,20 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
  * at head_dim 32 (a 32-long d loop: the blocks' ends weigh more), on a
  * Xeon (bench/ab_attend.sh). */
 INLINE void qkT_tile_body(const int QKB, long nrv, long kt, long c, const float *QT, long r16, const float *k,
-                          long k_stride, float *ST, float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
+                          long k_stride, float *ST, float *MX, const float *BT, long bt_j, long rows, const next_tile *nx,
+                          const float *NM, float *TS)
 {
   long rv0, jb;
   for (rv0 = 0; rv0 < r16; rv0 += 16) _mm512_store_ps(MX + rv0, _mm512_set1_ps(-INFINITY));
+  if (NM)
+    for (rv0 = 0; rv0 < r16; rv0 += 16) _mm512_store_ps(TS + rv0, _mm512_setzero_ps());
   for (rv0 = 0; rv0 < nrv; rv0 += 4) {
     const long nr = nrv - rv0 < 4 ? nrv - rv0 : 4;
     for (jb = 0; jb < kt; jb += QKB) {
       const long nj = kt - jb < QKB ? kt - jb : QKB;
       const float *qt = QT + rv0 * 16, *kb = k + jb * k_stride, *bt = BT ? BT + jb * bt_j + rv0 * 16 : NULL;
-      float *st = ST + jb * r16 + rv0 * 16, *mx = MX + rv0 * 16;
+      float *st = ST + jb * r16 + rv0 * 16, *mx = MX + rv0 * 16, *ts = TS + rv0 * 16;
+      const float *nm = NM ? NM + rv0 * 16 : NULL;
       const long live = rows - rv0 * 16;
       if (rv0 == 0) prefetch_next(nx, jb, jb + QKB);
       if (BT && jb + 8 < kt) { /* the bias two key blocks ahead (from L3 or memory, a cold bias waited here) */
@@ -589,10 +617,10 @@ INLINE void qkT_tile_body(const int QKB, long nrv, long kt, long c, const float 
       }
 #define QK_NQ(NJ)                                                         \
   switch (nr) {                                                           \
-  case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
-  case 3: qkT_kernel(NJ, 3, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
-  case 2: qkT_kernel(NJ, 2, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
-  default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live); break; \
+  case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break; \
+  case 3: qkT_kernel(NJ, 3, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break; \
+  case 2: qkT_kernel(NJ, 2, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break; \
+  default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break; \
   }
       switch (nj) {
       case 6: QK_NQ(6) break;
@@ -608,14 +636,14 @@ INLINE void qkT_tile_body(const int QKB, long nrv, long kt, long c, const float 
 }
 
 static void qkT_tile4(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
-                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
+                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx, const float *NM, float *TS)
 {
-  qkT_tile_body(4, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx);
+  qkT_tile_body(4, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx, NM, TS);
 }
 static void qkT_tile6(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
-                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx)
+                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx, const float *NM, float *TS)
 {
-  qkT_tile_body(6, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx);
+  qkT_tile_body(6, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx, NM, TS);
 }
 
 /* r[0..15] (16 floats each) -> its transpose, in registers. */
@@ -675,12 +703,14 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
   float *O = t->work, *QT = O + r16 * cp, *ST = QT + cp * r16, *M = ST + KT * r16, *L = M + r16, *A = L + r16;
   int *LO = (int *)(A + r16), *HI = LO + r16, *BO = HI + r16;
   float *MX = (float *)(BO + r16); /* the column max of the scores, from the q.k kernel */
+  float *TS = MX + r16;            /* a tile's sums of probabilities (the stale-max path) */
   /* whole: c is a multiple of 16, the loads of v need no mask (a masked
    * load is one more vector op) */
   const __mmask16 last = whole ? (__mmask16)0xFFFF : tail_mask(c - (nv - 1) * 16);
   const __m512 ninf = _mm512_set1_ps(-INFINITY), nan = _mm512_set1_ps(NAN);
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
   long r, d, rv, j, j0, jmin, jmax, lo_max, hi_min;
+  int m_finite = 0; /* every lane's running max is a number (not -inf, not NaN) */
 
   attnc_prims_rows_begin(t, r16, O, cp, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
 
@@ -724,10 +754,27 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
     if (bias_rows && j0 + KT <= jmax) /* the next tile's bias, row by row */
       for (r = 0; r < rows; r++)
         attnc_prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
+    /* Nothing to mask and no bias to gather, once every lane has a
+     * running max: try the stale max (STALE_MAX) */
+    int stale = m_finite && all_visible && !t->mask && (!t->bias || bias_cols);
+    if (stale) /* -m, where the q.k kernel starts its sums: in A, as a stale tile needs no alpha */
+      for (rv = 0; rv < nrv; rv++) _mm512_store_ps(A + rv * 16, _mm512_sub_ps(_mm512_setzero_ps(), _mm512_load_ps(M + rv * 16)));
     /* 4. scores (5. plus a bias laid out like them, rows contiguous) */
     (narrow ? qkT_tile4 : qkT_tile6)(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-             bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx);
-    for (rv = 0; rv < nrv; rv++) {
+             bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx, stale ? A : NULL, TS);
+    if (stale) { /* MX holds the largest s - m */
+      for (rv = 0; rv < nrv && stale; rv++)
+        stale = _mm512_cmp_ps_mask(_mm512_load_ps(MX + rv * 16), _mm512_set1_ps(STALE_MAX), _CMP_LE_OQ) == 0xFFFF;
+      if (stale) { /* 7. softmax: the probabilities and their sums are in; the max stays */
+        for (rv = 0; rv < nrv; rv++)
+          _mm512_store_ps(L + rv * 16, _mm512_add_ps(_mm512_load_ps(L + rv * 16), _mm512_load_ps(TS + rv * 16)));
+      } else { /* a score grew too far past its row's max (or is not a number): the scores again */
+        const next_tile none = { t->k, t->v, t->k_stride, t->v_stride, 0, c };
+        (narrow ? qkT_tile4 : qkT_tile6)(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
+                 bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &none, NULL, TS);
+      }
+    }
+    for (rv = 0; rv < nrv && !stale; rv++) {
       float *st = ST + rv * 16;
       const __m512i lov = _mm512_load_si512(LO + rv * 16), hiv = _mm512_load_si512(HI + rv * 16);
       const __m512i bov = t->bias ? _mm512_load_si512(BO + rv * 16) : _mm512_setzero_si512();
@@ -772,9 +819,17 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
       _mm512_store_ps(M + rv * 16, m_new);
       _mm512_store_ps(A + rv * 16, alpha); /* rows whose max grew rescale what they have summed so far */
     }
+    if (!stale) {
+      __mmask16 ok = 0xFFFF;
+      for (rv = 0; rv < nrv; rv++) {
+        const __m512 m = _mm512_load_ps(M + rv * 16);
+        ok &= _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q) & _mm512_cmp_ps_mask(m, ninf, _CMP_NEQ_OQ);
+      }
+      m_finite = ok == 0xFFFF;
+    }
     /* 8. weighted sum: O = alpha O + P V, P[r][j] = ST[j][r] */
     /* (nv as it is: the bounds only tell the compiler which p.v kernels this copy needs) */
-    pv_all(rows, kt, ST, 1, r16, O, cp, A, t->v + j0 * t->v_stride, t->v_stride,
+    pv_all(rows, kt, ST, 1, r16, O, cp, stale ? NULL : A, t->v + j0 * t->v_stride, t->v_stride,
            narrow ? (nv < 2 ? nv : 2) : (nv > 3 ? nv : 3), last);
   }
 
