@@ -1,7 +1,14 @@
 /* The thread pool: persistent workers that share one job at a time.  A
- * job is a count of independent items; threads take items one by one
- * from an atomic counter, so uneven items (causal tiles) balance out, and
- * the split never changes results because items never share outputs.
+ * job is a count of independent items.  Each thread owns an even,
+ * contiguous share of them and takes its own one by one from an atomic
+ * counter; a thread whose share is done takes the rest of the others'
+ * the same way, so uneven items (causal tiles) and a late thread balance
+ * out.  The split never changes results because items never share
+ * outputs.  Owning the same share from one job to the next keeps each
+ * thread on the same data from run to run: full A's scratch and weights
+ * of the same heads stay in one core's cache, where items taken in turn
+ * from one counter moved them between the cores every run (full A 0.94
+ * of the time on a Xeon).
  * While one job runs, a second caller does not wait: it runs its job on
  * its own thread.
  *
@@ -28,7 +35,12 @@ static int nworkers;
 static long generation;
 static attnc_pool_fn job_fn;
 static void *job_ctx;
-static long job_items, job_next, job_want;
+static long job_items, job_want;
+/* thread t's share: items [share_first(t), share_first(t + 1)); next[t] is the next to take */
+static struct {
+  long next;
+  char pad[64 - sizeof(long)];
+} share[POOL_MAX] __attribute__((aligned(64)));
 static long job_running; /* workers still on the job */
 
 /* A forked child has none of the parent's workers: start from scratch. */
@@ -113,10 +125,16 @@ static int spin_until_zero(const long *p)
   }
 }
 
+static long share_first(long t) { return t * job_items / job_want; }
+
+/* This thread's share, then what is left of the others', in turn */
 static void take_items(int tid)
 {
-  long i;
-  while ((i = __atomic_fetch_add(&job_next, 1, __ATOMIC_RELAXED)) < job_items) job_fn(job_ctx, i, tid);
+  long u, i;
+  for (u = 0; u < job_want; u++) {
+    const long t = (tid + u) % job_want, end = share_first(t + 1);
+    while ((i = __atomic_fetch_add(&share[t].next, 1, __ATOMIC_RELAXED)) < end) job_fn(job_ctx, i, tid);
+  }
 }
 
 static void *worker(void *arg)
@@ -178,8 +196,8 @@ void attnc_pool_run(int nthreads, long items, attnc_pool_fn fn, void *ctx)
   job_fn = fn;
   job_ctx = ctx;
   job_items = items;
-  job_next = 0;
   job_want = nthreads < nworkers + 1 ? nthreads : nworkers + 1;
+  for (i = 0; i < job_want; i++) share[i].next = share_first(i);
   __atomic_store_n(&job_running, job_want - 1, __ATOMIC_RELAXED);
   __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE); /* publishes the job's fields */
   pthread_cond_broadcast(&wake);
