@@ -7,7 +7,7 @@
  * outputs.  Owning the same share from one job to the next keeps each
  * thread on the same data from run to run: full A's scratch and weights
  * of the same heads stay in one core's cache, where items taken in turn
- * from one counter moved them between the cores every run (full A 0.94
+ * from one counter moved them between the cores every run (full A 0.95
  * of the time on a Xeon).
  * While one job runs, a second caller does not wait: it runs its job on
  * its own thread.
