@@ -9,6 +9,7 @@
 
 #define NR ATTNC_PACK_NR
 #define KC 1024 /* inputs per pass: one pass up to 1024 (the y block is not re-read; B streams from L2) */
+#define KC_COPY 256 /* inputs per pass when x's rows are copied (rows_alias) */
 #define PF_AHEAD 32 /* inputs: a panel's first block asks for its rows 4 KiB ahead */
 #define KT ATTNC_ATTEND_KT
 /* attend_cols' score rows (softmax_row, qk_kernel) are four vectors: 64 keys */
@@ -135,6 +136,40 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
   }
 }
 
+/* Whether a row block's x rows, x_stride floats apart, would crowd one
+ * set of L1: more than 7 of the 14 rows' lines in one set (sets repeat
+ * every 4 KiB on Zen 4's 32 KiB 8-way L1 and the Xeon's 48 KiB 12-way).
+ * Rows of 1024 inputs put all 14 in one set, and each k's broadcasts
+ * missed: on a Zen 4, 56x1024x64 ran at 65-84 GFLOP/s where 56x512x64
+ * ran at 115 (prims_bench, one core).  Such rows are copied, a pass
+ * and KC_COPY inputs at a time, to a buffer whose rows are 64 bytes
+ * longer, which spreads them over the sets: bench/ab_linear.sh against
+ * the uncopied rows, 56x1024x64 0.60, 96x1024x1024 0.60-0.66,
+ * 2048x1024x64 (x from L3) 0.88; full C end to end 0.88 (Zen 4, 2
+ * threads).  Whether rows are copied depends on x_stride alone, so the
+ * same rows give the same bits however a call splits them. */
+static int rows_alias(long x_stride)
+{
+  int count[64] = { 0 }, i, most = 0;
+  for (i = 0; i < 14; i++) {
+    int set = (int)(((unsigned long)x_stride * 4 * (unsigned long)i / 64) % 64);
+    if (++count[set] > most) most = count[set];
+  }
+  return most > 7;
+}
+
+/* rows x kc floats of x into buf, rows ld floats apart */
+static void copy_rows(const float *x, long rows, long x_stride, long kc, float *buf, long ld)
+{
+  long r, k;
+  for (r = 0; r < rows; r++) {
+    const float *s = x + r * x_stride;
+    float *d = buf + r * ld;
+    for (k = 0; k + 16 <= kc; k += 16) _mm512_storeu_ps(d + k, _mm512_loadu_ps(s + k));
+    if (k < kc) _mm512_mask_storeu_ps(d + k, tail_mask(kc - k), _mm512_maskz_loadu_ps(tail_mask(kc - k), s + k));
+  }
+}
+
 /* Column n (n + col0 of the weight) of row r at y + r * y_stride +
  * (n + col0) / head_w * head_stride + (n + col0) % head_w: a 32-wide panel
  * never spans two heads, since col0 and head_w are multiples of 32.
@@ -149,12 +184,21 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
    * while every panel goes by.  Which block a row falls in never changes
    * how its outputs are summed. */
   const long panels = (n_out + NR - 1) / NR, nblk = (rows + 13) / 14, npass = (nblk + 3) / 4;
+  const int copy = rows_alias(x_stride);
+  const long kcmax = copy ? KC_COPY : KC;
+  /* over 512 KiB of weights, every pass finds them in L3, not only the
+   * first: 96x1024x1024 with cold weights, 0.92 of the time (Zen 4) */
+  const int big_w = panels * NR * n_in > (1L << 17);
+  float xc[56 * (KC_COPY + 16)] __attribute__((aligned(64)));
   long pass, k0, p, bk;
   for (pass = 0; pass < npass; pass++) {
     const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
-    for (k0 = 0; k0 < n_in; k0 += KC) {
-      long kc = n_in - k0 < KC ? n_in - k0 : KC;
+    const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
+    for (k0 = 0; k0 < n_in; k0 += kcmax) {
+      long kc = n_in - k0 < kcmax ? n_in - k0 : kcmax;
       int first = k0 == 0;
+      const int cold = pass == 0 || big_w;
+      if (copy) copy_rows(x + pr0 * x_stride + k0, prows, x_stride, kc, xc, KC_COPY + 16);
       for (p = 0; p < panels; p++) {
         const float *bp = packed + p * NR * n_in + k0 * NR;
         long nv = n_out - p * NR;
@@ -164,9 +208,10 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
         float *yc = y + col / head_w * head_stride + col % head_w;
         for (bk = b0; bk < b1; bk++) {
           const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
-          const float *a = x + r0 * x_stride + k0;
+          const float *a = copy ? xc + (r0 - pr0) * (KC_COPY + 16) : x + r0 * x_stride + k0;
+          const long lda = copy ? KC_COPY + 16 : x_stride;
           float *c = yc + r0 * y_stride;
-          /* The first pass finds a panel in L3 when the weight is larger
+          /* The first pass (every pass, big_w) finds a panel in L3 when the weight is larger
            * than L2 (a projection of few rows, whose items each take a
            * share of the columns).  Its second row block asks for the
            * next panel, so the next first block does not wait on L3 (full
@@ -175,14 +220,14 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
            * panel, and every panel of a one-block pass, is asked for by
            * its own first block, PF_AHEAD inputs ahead. */
           const char *pf = NULL;
-          if (pass == 0 && bk == b0 && (p == 0 || b1 - b0 == 1)) pf = (const char *)(bp + PF_AHEAD * NR);
-          else if (pass == 0 && bk == b0 + 1 && p + 1 < panels) pf = (const char *)(bp + NR * n_in);
+          if (cold && bk == b0 && (p == 0 || b1 - b0 == 1)) pf = (const char *)(bp + PF_AHEAD * NR);
+          else if (cold && bk == b0 + 1 && p + 1 < panels) pf = (const char *)(bp + NR * n_in);
 #define LIN_CASE(MR) \
-  case MR: lin_kernel(MR, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+  case MR: lin_kernel(MR, kc, a, lda, bp, c, y_stride, first, bias, m0, m1, pf); break;
           switch (mr) { /* rows as a compile-time constant */
             LIN_CASE(14) LIN_CASE(13) LIN_CASE(12) LIN_CASE(11) LIN_CASE(10) LIN_CASE(9) LIN_CASE(8)
             LIN_CASE(7) LIN_CASE(6) LIN_CASE(5) LIN_CASE(4) LIN_CASE(3) LIN_CASE(2)
-          default: lin_kernel(1, kc, a, x_stride, bp, c, y_stride, first, bias, m0, m1, pf); break;
+          default: lin_kernel(1, kc, a, lda, bp, c, y_stride, first, bias, m0, m1, pf); break;
           }
 #undef LIN_CASE
         }

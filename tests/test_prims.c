@@ -43,13 +43,16 @@ static int have_avx2(void)
 typedef void (*linear_fn)(const float *, long, long, long, const float *, long, const float *, float *, long);
 typedef void (*pack_fn)(const float *, long, long, float *);
 
-static int check_linear(linear_fn f, pack_fn pack, long rows, long n_in, long n_out, int bias)
+/* x's rows xs floats apart (0: n_in + 3) */
+static int check_linear(linear_fn f, pack_fn pack, long rows, long n_in, long n_out, int bias, long xs)
 {
-  float *x = malloc(sizeof(float) * rows * (n_in + 3)), *w = malloc(sizeof(float) * n_out * n_in);
+  float *x, *w = malloc(sizeof(float) * n_out * n_in);
   float *b = malloc(sizeof(float) * n_out), *y = malloc(sizeof(float) * rows * (n_out + 5));
   float *p = alloc64(attnc_prims_pack_size(n_out, n_in));
   double worst = 0;
-  long r, n, k, xs = n_in + 3, ys = n_out + 5; /* strided rows */
+  long r, n, k, ys = n_out + 5; /* strided rows */
+  if (xs == 0) xs = n_in + 3;
+  x = malloc(sizeof(float) * rows * xs);
   for (r = 0; r < rows * xs; r++) x[r] = frand();
   for (r = 0; r < n_out * n_in; r++) w[r] = frand();
   for (r = 0; r < n_out; r++) b[r] = frand();
@@ -70,25 +73,32 @@ static int check_linear(linear_fn f, pack_fn pack, long rows, long n_in, long n_
       if (y[r * ys + n] != 12345.0f) worst = INFINITY;
   }
   free(x); free(w); free(b); free(y); free(p);
-  if (worst > 1) fprintf(stderr, "linear rows=%ld in=%ld out=%ld bias=%d: error %.3g of tolerance\n", rows, n_in, n_out, bias, worst);
+  if (worst > 1)
+    fprintf(stderr, "linear rows=%ld in=%ld out=%ld bias=%d x_stride=%ld: error %.3g of tolerance\n", rows, n_in, n_out, bias, xs, worst);
   return worst <= 1;
 }
 
 static void test_prims_linear(void **state)
 {
   /* n_in past 1024 (2049): more than one pass over the inputs, each adding to y;
-   * 128 rows: blocks of 13 and 12 (AVX-512), of 6 and 5 (AVX2), in three passes */
-  static const long shapes[][3] = { { 1, 1, 1 }, { 5, 7, 3 }, { 12, 64, 32 }, { 13, 300, 33 }, { 25, 513, 64 }, { 96, 256, 100 }, { 14, 2049, 40 }, { 7, 40, 20 }, { 200, 300, 40 }, { 128, 96, 64 } };
+   * 128 rows: blocks of 13 and 12 (AVX-512), of 6 and 5 (AVX2), in three passes;
+   * rows 1024 and 2048 floats apart: the AVX-512 GEMM copies them (rows_alias),
+   * 600 inputs in passes of 256, 256 and 88 */
+  static const long shapes[][4] = { { 1, 1, 1, 0 },      { 5, 7, 3, 0 },       { 12, 64, 32, 0 },    { 13, 300, 33, 0 },
+                                    { 25, 513, 64, 0 },  { 96, 256, 100, 0 },  { 14, 2049, 40, 0 },  { 7, 40, 20, 0 },
+                                    { 200, 300, 40, 0 }, { 128, 96, 64, 0 },   { 30, 600, 70, 1024 }, { 61, 1030, 64, 2048 },
+                                    { 3, 1024, 32, 1024 } };
   size_t i;
   int b, fails = 0;
   (void)state;
   for (i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
     for (b = 0; b < 2; b++) {
-      fails += !check_linear(attnc_prims_linear_generic, attnc_prims_pack32, shapes[i][0], shapes[i][1], shapes[i][2], b);
-      if (have_avx512()) fails += !check_linear(attnc_prims_linear_avx512, attnc_prims_pack32, shapes[i][0], shapes[i][1], shapes[i][2], b);
-      if (have_avx2()) fails += !check_linear(attnc_prims_linear_avx2, attnc_prims_pack16, shapes[i][0], shapes[i][1], shapes[i][2], b);
+      const long *z = shapes[i];
+      fails += !check_linear(attnc_prims_linear_generic, attnc_prims_pack32, z[0], z[1], z[2], b, z[3]);
+      if (have_avx512()) fails += !check_linear(attnc_prims_linear_avx512, attnc_prims_pack32, z[0], z[1], z[2], b, z[3]);
+      if (have_avx2()) fails += !check_linear(attnc_prims_linear_avx2, attnc_prims_pack16, z[0], z[1], z[2], b, z[3]);
       /* and the table's pair, as the runtime binds weights */
-      fails += !check_linear(attnc_prims_get()->linear, attnc_prims_pack, shapes[i][0], shapes[i][1], shapes[i][2], b);
+      fails += !check_linear(attnc_prims_get()->linear, attnc_prims_pack, z[0], z[1], z[2], b, z[3]);
     }
   if (!have_avx512()) printf("SKIP avx512 linear: this CPU has no AVX-512 (generic checked)\n");
   if (!have_avx2()) printf("SKIP avx2 linear: this CPU has no AVX2 and FMA (generic checked)\n");
@@ -98,22 +108,22 @@ static void test_prims_linear(void **state)
 /* The same rows give the same bits however a call splits them (one call,
  * one row per call, 7 per call): kernels rely on it for thread-count
  * independence and for the fused plan matching the phase-by-phase one. */
-static int check_linear_splits(const char *isa, linear_fn f, pack_fn pack)
+static int check_linear_splits(const char *isa, linear_fn f, pack_fn pack, long xs)
 {
   const long rows = 20, n_in = 600, n_out = 72;
-  float *x = malloc(sizeof(float) * rows * n_in), *w = malloc(sizeof(float) * n_out * n_in), *b = malloc(sizeof(float) * n_out);
+  float *x = malloc(sizeof(float) * rows * xs), *w = malloc(sizeof(float) * n_out * n_in), *b = malloc(sizeof(float) * n_out);
   float *y1 = malloc(sizeof(float) * rows * n_out), *y2 = malloc(sizeof(float) * rows * n_out), *y3 = malloc(sizeof(float) * rows * n_out);
   float *p = alloc64(attnc_prims_pack_size(n_out, n_in));
   long r, same;
-  for (r = 0; r < rows * n_in; r++) x[r] = frand();
+  for (r = 0; r < rows * xs; r++) x[r] = frand();
   for (r = 0; r < n_out * n_in; r++) w[r] = frand();
   for (r = 0; r < n_out; r++) b[r] = frand();
   pack(w, n_out, n_in, p);
-  f(x, rows, n_in, n_in, p, n_out, b, y1, n_out);
-  for (r = 0; r < rows; r++) f(x + r * n_in, 1, n_in, n_in, p, n_out, b, y2 + r * n_out, n_out);
-  for (r = 0; r < rows; r += 7) f(x + r * n_in, rows - r < 7 ? rows - r : 7, n_in, n_in, p, n_out, b, y3 + r * n_out, n_out);
+  f(x, rows, xs, n_in, p, n_out, b, y1, n_out);
+  for (r = 0; r < rows; r++) f(x + r * xs, 1, xs, n_in, p, n_out, b, y2 + r * n_out, n_out);
+  for (r = 0; r < rows; r += 7) f(x + r * xs, rows - r < 7 ? rows - r : 7, xs, n_in, p, n_out, b, y3 + r * n_out, n_out);
   same = memcmp(y1, y2, sizeof(float) * rows * n_out) == 0 && memcmp(y1, y3, sizeof(float) * rows * n_out) == 0;
-  if (!same) fprintf(stderr, "linear [%s]: the bits depend on how the rows are split\n", isa);
+  if (!same) fprintf(stderr, "linear [%s, x_stride %ld]: the bits depend on how the rows are split\n", isa, xs);
   free(x); free(w); free(b); free(y1); free(y2); free(y3); free(p);
   return (int)same;
 }
@@ -121,10 +131,13 @@ static int check_linear_splits(const char *isa, linear_fn f, pack_fn pack)
 static void test_prims_linear_splits(void **state)
 {
   int fails = 0;
+  long xs;
   (void)state;
-  fails += !check_linear_splits("generic", attnc_prims_linear_generic, attnc_prims_pack32);
-  if (have_avx512()) fails += !check_linear_splits("avx512", attnc_prims_linear_avx512, attnc_prims_pack32);
-  if (have_avx2()) fails += !check_linear_splits("avx2", attnc_prims_linear_avx2, attnc_prims_pack16);
+  for (xs = 600; xs <= 1024; xs += 424) { /* 1024: the AVX-512 GEMM copies the rows */
+    fails += !check_linear_splits("generic", attnc_prims_linear_generic, attnc_prims_pack32, xs);
+    if (have_avx512()) fails += !check_linear_splits("avx512", attnc_prims_linear_avx512, attnc_prims_pack32, xs);
+    if (have_avx2()) fails += !check_linear_splits("avx2", attnc_prims_linear_avx2, attnc_prims_pack16, xs);
+  }
   assert_int_equal(fails, 0);
 }
 
