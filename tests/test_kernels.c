@@ -269,7 +269,9 @@ static void sweep_head_major(attnc_backend be)
     { "alphafold x=B,S,64 heads=2 head_dim=32 gated mask=key", 1 },
     { "mha x=S,B,64 attn_dim=0 heads=2 head_dim=32", 0 },
   };
-  static const int64_t lens[] = { 1, 7, 33, 70 };
+  /* 114: by_head projects in slabs of 112 rows (PROJ_SLAB), two of the
+   * queries' and one of the keys' (T = 112) */
+  static const int64_t lens[] = { 1, 7, 33, 70, 114 };
   struct sweep sw = { 0, 0 };
   size_t i, l;
   for (i = 0; i < sizeof specs / sizeof specs[0]; i++) {
