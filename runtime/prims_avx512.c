@@ -55,7 +55,11 @@ INLINE __m512 exp512_neg(__m512 x)
  * rescaling.  Probabilities then reach 2^STALE_MAX = 256 at most, which
  * float holds as well as 1.  A tile past that is scored again and goes
  * the usual way, which moves m up.  (prims_avx2.c has had it since the
- * fifth AVX2 session.) */
+ * fifth AVX2 session.)  Wide heads only (c > 32): at head_dim 32 the
+ * q.k kernel's d loop is short against its epilogue of exponentials,
+ * and without the stale max `bench/ab_attend.sh` read 0.94-0.95 (32 256
+ * 0 300 8, with and without bias) and 0.91-0.94 at 16, on Zen 4 (on the
+ * Xeon AlphaFold E had read 1.008 with it); at 48 and 64 it stays. */
 #define STALE_MAX 8.0f
 
 /* attend_rows works in base 2, as prims_avx2.c's attention does
@@ -800,8 +804,8 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
       for (r = 0; r < rows; r++)
         attnc_prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
     /* Nothing to mask and no bias to gather, once every lane has a
-     * running max: try the stale max (STALE_MAX) */
-    int stale = m_finite && all_visible && !t->mask && (!t->bias || bias_cols);
+     * running max, and heads wider than 32: try the stale max (STALE_MAX) */
+    int stale = !narrow && m_finite && all_visible && !t->mask && (!t->bias || bias_cols);
     if (stale) /* -m, where the q.k kernel starts its sums: in A, as a stale tile needs no alpha */
       for (rv = 0; rv < nrv; rv++) _mm512_store_ps(A + rv * 16, _mm512_sub_ps(_mm512_setzero_ps(), _mm512_load_ps(M + rv * 16)));
     /* 4. scores (5. plus a bias laid out like them, rows contiguous) */

@@ -331,9 +331,11 @@ static void test_prims_attend(void **state)
     { 80, 8, 16, 64, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },    /* 5 row vectors of narrow heads */
     { 45, 1, 19, 140, 0, 0, 1, 0, 3, 0, 0, 0, 1, 0 },   /* c = 4k + 3, rows in 6 vectors (AVX2 p.v blocks) */
     /* no mask (and a bias laid out like the scores, or none): the AVX2
-     * kernel's stale max (STALE_MAX) after the first key tile */
+     * kernel's stale max (STALE_MAX) after the first key tile, and the
+     * AVX-512 kernel's for heads wider than 32 */
     { 64, 1, 64, 300, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },
     { 24, 2, 32, 600, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0 }, /* and key splits */
+    { 24, 2, 64, 600, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0 }, /* the same for the AVX-512 kernel's, wide heads only */
     { 40, 1, 64, 260, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1 }, /* scores jump at the second tile: scored again */
     { 64, 1, 48, 330, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2 }, /* scores keep growing */
     /* wide heads, whose AVX-512 q.k takes 6 keys a block: a last key
