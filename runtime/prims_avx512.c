@@ -198,10 +198,10 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
   for (pass = 0; pass < npass; pass++) {
     const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
     const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
+    const int cold = pass == 0 || big_w;
     for (k0 = 0; k0 < n_in; k0 += kcmax) {
       long kc = n_in - k0 < kcmax ? n_in - k0 : kcmax;
       int first = k0 == 0;
-      const int cold = pass == 0 || big_w;
       if (copy) copy_rows(x + pr0 * x_stride + k0, prows, x_stride, kc, xc, KC_COPY + 16);
       for (p = 0; p < panels; p++) {
         const float *bp = packed + p * NR * n_in + k0 * NR;
@@ -215,9 +215,9 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
           const float *a = copy ? xc + (r0 - pr0) * (KC_COPY + 16) : x + r0 * x_stride + k0;
           const long lda = copy ? KC_COPY + 16 : x_stride;
           float *c = yc + r0 * y_stride;
-          /* The first pass (every pass, big_w) finds a panel in L3 when the weight is larger
-           * than L2 (a projection of few rows, whose items each take a
-           * share of the columns).  Its second row block asks for the
+          /* The first pass (every pass, big_w) finds a panel in L3 when
+           * the weight is larger than L2 (a projection of few rows, whose
+           * items each take a share of the columns).  Its second row block asks for the
            * next panel, so the next first block does not wait on L3 (full
            * A, 128 rows and 4 MiB of weights, on a Xeon, 2 threads: 0.97
            * of the time; full B, full C, AlphaFold E: 0.98).  The first
