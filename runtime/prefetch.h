@@ -35,15 +35,21 @@ static inline next_tile attnc_next_tile(const attnc_tile *t, long j0, long jmax,
 }
 
 /* Rows [j0, j1) of the next tile's k and v, the lines of one key's k
- * and v side by side: the q.k loop asks for a few with each block of keys. */
+ * and v side by side: the q.k loop asks for a few with each block of keys.
+ * Into L2 (T1), not L1: decoding from memory (4 rows, 4096 keys of 128,
+ * 32 MiB of k and v), T0's requests waited on one another, and decode D
+ * end to end took 0.50-0.68 of the time with T1 (Zen 4, 2 threads,
+ * alternating builds; bench/ab_decode.sh 0.76-1.01 from memory, AVX2
+ * 0.91-0.92).  Tiles in cache (core B, AlphaFold E's heads) read the
+ * same within noise (bench/ab_attend.sh 0.99-1.01). */
 static inline __attribute__((always_inline)) void prefetch_next(const next_tile *nx, long j0, long j1)
 {
   long j, d;
   if (j1 > nx->n) j1 = nx->n;
   for (j = j0; j < j1; j++)
     for (d = 0; d < nx->c; d += 16) {
-      _mm_prefetch((const char *)(nx->k + j * nx->k_stride + d), _MM_HINT_T0);
-      _mm_prefetch((const char *)(nx->v + j * nx->v_stride + d), _MM_HINT_T0);
+      _mm_prefetch((const char *)(nx->k + j * nx->k_stride + d), _MM_HINT_T1);
+      _mm_prefetch((const char *)(nx->v + j * nx->v_stride + d), _MM_HINT_T1);
     }
 }
 
