@@ -58,6 +58,7 @@ struct cli {
   int ndims;
   unsigned long seed;
   int print_name, header, json, threads, runs;
+  long warmup_ms; /* bench: warm up this long (-1: the default) */
   attnc_backend backend;
 };
 
@@ -125,13 +126,17 @@ static const char *help_for(const char *cmd)
            "total (2 per multiply-add), scratch memory and arithmetic intensity.\n"
            "  --dim NAME=N        size of a named dim; bytes and FLOPs need every named dim\n";
   if (strcmp(cmd, "bench") == 0)
-    return "usage: attnc bench SPEC [--dim NAME=N]... [--backend tcc|cc] [--threads N] [--runs N] [--json]\n"
-           "Times the kernel on random data: median and minimum of the timed runs after one warm-up\n"
-           "run, GFLOP/s (the FLOPs of explain), compile time and scratch bytes.\n"
+    return "usage: attnc bench SPEC [--dim NAME=N]... [--backend tcc|cc] [--threads N] [--runs N]\n"
+           "                  [--warmup-ms MS] [--json]\n"
+           "Times the kernel on random data: median and minimum of the timed runs after the warm-up\n"
+           "runs, GFLOP/s (the FLOPs of explain), compile time and scratch bytes.\n"
            "  --dim NAME=N        size of a named dim (unset ones are 128)\n"
            "  --backend tcc|cc    default ATTNC_BACKEND, else tcc\n"
            "  --threads N         threads (default ATTNC_THREADS, else all CPUs)\n"
            "  --runs N            timed runs (default 10)\n"
+           "  --warmup-ms MS      warm-up runs until MS milliseconds have passed, at least one\n"
+           "                      (default 100: a new process's threads can take tens of\n"
+           "                      milliseconds to reach their own cores)\n"
            "  --json              print one JSON object instead of text\n";
   return NULL;
 }
@@ -220,6 +225,9 @@ static int parse_args(struct cli *c, int argc, char **argv)
     } else if (strcmp(a, "--runs") == 0 && v) {
       if (parse_count(a, v, 1, 1000000L, &n) != 0) return 2;
       c->runs = (int)n; i++;
+    } else if (strcmp(a, "--warmup-ms") == 0 && v) {
+      if (parse_count(a, v, 0, 600000L, &n) != 0) return 2;
+      c->warmup_ms = n; i++;
     } else if (strcmp(a, "--threads") == 0 && v) {
       if (parse_count(a, v, 1, 1024, &n) != 0) return 2;
       c->threads = (int)n; i++;
@@ -570,6 +578,7 @@ static int cmd_bench(struct cli *c)
   attnc_tensor out;
   double t0, compile_ms, *times = NULL, flops = 0;
   int i, rc = 1, runs = c->runs > 0 ? c->runs : 10;
+  long warmups = 0, warmup_ms = c->warmup_ms >= 0 ? c->warmup_ms : 100;
   char *text = NULL;
   memset(&out, 0, sizeof out);
   memset(&co, 0, sizeof co);
@@ -597,7 +606,17 @@ static int cmd_bench(struct cli *c)
     times = malloc(sizeof(double) * (size_t)runs);
     if (!out.data || !times) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
   }
-  if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; } /* warm-up */
+  /* Warm-up: at least one run, then more until warmup_ms have passed.  In
+   * a new process the pool's threads are created by the first run, and
+   * on a 2-vCPU guest a worker sometimes shared its creator's CPU for
+   * 5-30 ms: core A (0.2 ms a run) read one thread's 0.4 ms for its
+   * first 12-62 runs, then 0.2, so 100 timed runs after one warm-up
+   * timed the start-up, not the kernel. */
+  t0 = now_ms();
+  do {
+    if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+    warmups++;
+  } while (now_ms() - t0 < (double)warmup_ms);
   for (i = 0; i < runs; i++) {
     t0 = now_ms();
     if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
@@ -622,12 +641,14 @@ static int cmd_bench(struct cli *c)
     const char *isa = g->dtype == ATTNC_F32 ? attnc_isa() : "none (f64: plain C)";
     if (c->json)
       printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"gflops\": %.3f, \"compile_ms\": %.3f, \"backend\": \"%s\", "
-             "\"threads\": %d, \"runs\": %d, \"isa\": \"%s\", \"scratch_bytes\": %ld, \"canonical\": \"%s\"}\n",
-             med, times[0], flops / (med * 1e6), compile_ms, be, threads, runs, isa, scratch, attnc_canonical(k));
+             "\"threads\": %d, \"runs\": %d, \"warmups\": %ld, \"isa\": \"%s\", \"scratch_bytes\": %ld, "
+             "\"canonical\": \"%s\"}\n",
+             med, times[0], flops / (med * 1e6), compile_ms, be, threads, runs, warmups, isa, scratch,
+             attnc_canonical(k));
     else
-      printf("%s\nbackend %s (%s primitives), %d thread%s: median %.3f ms (min %.3f, %d runs), %.2f GFLOP/s, "
-             "compile %.2f ms, scratch %ld bytes\n",
-             attnc_canonical(k), be, isa, threads, threads == 1 ? "" : "s", med, times[0], runs,
+      printf("%s\nbackend %s (%s primitives), %d thread%s: median %.3f ms (min %.3f, %d runs after %ld warm-up), "
+             "%.2f GFLOP/s, compile %.2f ms, scratch %ld bytes\n",
+             attnc_canonical(k), be, isa, threads, threads == 1 ? "" : "s", med, times[0], runs, warmups,
              flops / (med * 1e6), compile_ms, scratch);
   }
   rc = 0;
@@ -647,6 +668,7 @@ int main(int argc, char **argv)
   const char *help;
   int rc;
   memset(&c, 0, sizeof c);
+  c.warmup_ms = -1;
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
     fputs(USAGE, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

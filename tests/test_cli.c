@@ -587,6 +587,7 @@ static void test_cli_bad_numbers(void **state)
 {
   static const char *const bad[][2] = {
     { "--runs", "abc" }, { "--runs", "-3" }, { "--seed", "x1" }, { "--threads", "2x" }, { "--threads", "0" },
+    { "--warmup-ms", "-1" }, { "--warmup-ms", "5ms" },
   };
   size_t i;
   int failures = 0;
@@ -1462,6 +1463,29 @@ static void bench_json(const char *backend)
 static void test_cli_bench_json(void **state) { (void)state; bench_json("tcc"); }
 static void test_cli_bench_json_cc(void **state) { (void)state; bench_json("cc"); }
 
+/* The warm-up: one run with --warmup-ms 0, runs until the time has
+ * passed otherwise (a 1x16x32 kernel runs in microseconds, so 30 ms
+ * hold many), and the count is reported. */
+static void test_cli_bench_warmup(void **state)
+{
+  static const char *const ms[] = { "0", "30" };
+  size_t i;
+  (void)state;
+  for (i = 0; i < 2; i++) {
+    cli_result r;
+    const char *v;
+    long n;
+    CLI(r, "bench", "mha x=B,S,32 heads=2", "--json", "--runs", "2", "--warmup-ms", ms[i], "--dim", "B=1", "--dim", "S=16");
+    EXPECT_EXIT0(r, "bench --warmup-ms");
+    v = json_value(r.out, "warmups");
+    if (!v) { dump("bench --warmup-ms", &r); fail_msg("bench --json lacks \"warmups\""); }
+    n = strtol(v, NULL, 10);
+    if (i == 0 && n != 1) { dump("bench --warmup-ms 0", &r); fail_msg("--warmup-ms 0 must warm up once, did %ld", n); }
+    if (i == 1 && n < 2) { dump("bench --warmup-ms 30", &r); fail_msg("--warmup-ms 30 warmed up only %ld time(s)", n); }
+    cli_free(&r);
+  }
+}
+
 static void test_cli_bench_text(void **state)
 {
   cli_result r;
@@ -1523,6 +1547,7 @@ int main(void)
     cmocka_unit_test(test_cli_run_needs_out_and_tensors),
     cmocka_unit_test(test_cli_bench_json),
     cmocka_unit_test(test_cli_bench_json_cc),
+    cmocka_unit_test(test_cli_bench_warmup),
     cmocka_unit_test(test_cli_bench_text),
   };
   return cmocka_run_group_tests_name("cli", tests, setup, teardown);
