@@ -17,6 +17,9 @@
  * thread costs.  So a worker that finishes spins for up to SPIN_NS
  * watching for the next job before it sleeps, and the job's owner spins
  * the same way waiting for the workers. */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* sched_getcpu, pthread_attr_setaffinity_np */
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -42,6 +45,38 @@ static struct {
   char pad[64 - sizeof(long)];
 } share[POOL_MAX] __attribute__((aligned(64)));
 static long job_running; /* workers still on the job */
+
+#ifdef __linux__
+/* Where a new worker starts.  Linux sometimes started a worker on its
+ * creator's CPU and left it there for 5-30 ms while the other CPU sat
+ * idle (the two threads were busy, so each counted as cache-hot): in a
+ * new process on a 2-vCPU Zen 4 guest, core A (0.2 ms a run) ran at one
+ * thread's 0.4 ms for its first 12-62 runs, the worker on CPU 0 with its
+ * creator until about the 70th job.  So worker k starts on the k-th
+ * allowed CPU after the creator's own (when there is another), and once
+ * running it takes back every CPU it was allowed, where the scheduler
+ * then leaves it. */
+static cpu_set_t worker_allowed[POOL_MAX];
+static int worker_pinned[POOL_MAX];
+
+/* attr gets worker k's first CPU; 0 when there is none to give */
+static int first_cpu(int k, pthread_attr_t *attr, cpu_set_t *allowed)
+{
+  cpu_set_t one;
+  int cur = sched_getcpu(), n = 0, i, pick;
+  if (cur < 0 || pthread_getaffinity_np(pthread_self(), sizeof *allowed, allowed) != 0) return 0;
+  for (i = 0; i < CPU_SETSIZE; i++) n += i != cur && CPU_ISSET(i, allowed);
+  if (n == 0) return 0;
+  pick = k % n;
+  CPU_ZERO(&one);
+  for (i = 0; i < CPU_SETSIZE; i++)
+    if (i != cur && CPU_ISSET(i, allowed) && pick-- == 0) {
+      CPU_SET(i, &one);
+      break;
+    }
+  return pthread_attr_setaffinity_np(attr, sizeof one, &one) == 0;
+}
+#endif
 
 /* A forked child has none of the parent's workers: start from scratch. */
 static void after_fork_child(void)
@@ -141,6 +176,9 @@ static void *worker(void *arg)
 {
   int tid = (int)(long)arg;
   long seen = 0, want;
+#ifdef __linux__
+  if (worker_pinned[tid]) pthread_setaffinity_np(pthread_self(), sizeof worker_allowed[tid], &worker_allowed[tid]);
+#endif
   for (;;) {
     /* the next job: spin a little, then sleep */
     if (spin_while_equal(&generation, seen) == seen) {
@@ -189,7 +227,21 @@ void attnc_pool_run(int nthreads, long items, attnc_pool_fn fn, void *ctx)
   }
   pthread_mutex_lock(&state_lock);
   while (nworkers < nthreads - 1) {
-    if (pthread_create(&workers[nworkers], NULL, worker, (void *)(long)(nworkers + 1)) != 0) break;
+    const int tid = nworkers + 1;
+    int made = 0;
+#ifdef __linux__
+    pthread_attr_t attr;
+    worker_pinned[tid] = 0; /* set before the worker starts, which reads it */
+    if (pthread_attr_init(&attr) == 0) {
+      if (first_cpu(nworkers, &attr, &worker_allowed[tid])) {
+        worker_pinned[tid] = 1;
+        made = pthread_create(&workers[nworkers], &attr, worker, (void *)(long)tid) == 0;
+        if (!made) worker_pinned[tid] = 0;
+      }
+      pthread_attr_destroy(&attr);
+    }
+#endif
+    if (!made && pthread_create(&workers[nworkers], NULL, worker, (void *)(long)tid) != 0) break;
     pthread_detach(workers[nworkers]);
     nworkers++;
   }

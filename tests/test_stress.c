@@ -10,10 +10,13 @@
  *     bindings and buffers, gives bit-identical results to running alone;
  *   - processes compiling the same spec with the cc backend into one fresh
  *     disk cache all succeed and leave one entry; a truncated, emptied,
- *     overwritten or foreign cache entry is detected and rebuilt.
+ *     overwritten or foreign cache entry is detected and rebuilt;
+ *   - a pool worker, started on a CPU of its own, ends up allowed every CPU
+ *     its creator is.
  *
  * ATTNC_TEST_FILTER=PATTERN runs only the matching tests, ATTNC_STRESS_CYCLES=N
  * sets the number of cycles (check-valgrind runs a shorter loop). */
+#define _GNU_SOURCE /* pthread_getaffinity_np */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +28,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -379,6 +383,49 @@ static void test_stress_one_kernel_many_threads(void **state)
  * every run (1..4): the pool's workers must take part in exactly the jobs
  * they are counted for, even when one sat out the job before.  Every run
  * must give the bits of the one-thread run. */
+/* The pool starts each worker on a CPU other than its creator's (Linux
+ * sometimes left both on one CPU for tens of milliseconds), then the
+ * worker widens its affinity again: a worker must not stay pinned. */
+static struct {
+  cpu_set_t mask;
+  int seen; /* a worker ran an item */
+} g_aff;
+
+static void affinity_item(void *ctx, long item, int thread)
+{
+  const double t0 = now_s();
+  (void)ctx;
+  (void)item;
+  if (thread != 0 && !__atomic_load_n(&g_aff.seen, __ATOMIC_ACQUIRE)) {
+    pthread_getaffinity_np(pthread_self(), sizeof g_aff.mask, &g_aff.mask);
+    __atomic_store_n(&g_aff.seen, 1, __ATOMIC_RELEASE);
+  }
+  while (now_s() - t0 < 2e-4) { /* long enough that the worker's share is its own */
+  }
+}
+
+static void test_stress_pool_worker_affinity(void **state)
+{
+  cpu_set_t mine;
+  int tries;
+  (void)state;
+  assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof mine, &mine), 0);
+  if (CPU_COUNT(&mine) < 2) {
+    print_message("    skipped: this thread may run on %d CPU: a worker has no other CPU to start on\n", CPU_COUNT(&mine));
+    return;
+  }
+  g_aff.seen = 0;
+  for (tries = 0; tries < 500 && !__atomic_load_n(&g_aff.seen, __ATOMIC_ACQUIRE); tries++)
+    attnc_pool_run(2, 2, affinity_item, NULL);
+  if (!g_aff.seen) {
+    print_message("    skipped: in 500 jobs of two 0.2 ms items the worker never took one (a busy machine)\n");
+    return;
+  }
+  if (!CPU_EQUAL(&g_aff.mask, &mine))
+    fail_msg("a pool worker may run on %d CPU(s), its creator on %d: it kept its first CPU", CPU_COUNT(&g_aff.mask),
+             CPU_COUNT(&mine));
+}
+
 static void test_stress_thread_count_changes(void **state)
 {
   attnc_options o = { ATTNC_BACKEND_TCC, 1, NULL };
@@ -760,6 +807,7 @@ int main(void)
     cmocka_unit_test(test_stress_compile_32_threads),
     cmocka_unit_test(test_stress_one_kernel_many_threads),
     cmocka_unit_test(test_stress_thread_count_changes),
+    cmocka_unit_test(test_stress_pool_worker_affinity),
     cmocka_unit_test(test_stress_compile_release_cycles),
   };
   const char *filter = getenv("ATTNC_TEST_FILTER");
