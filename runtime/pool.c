@@ -49,7 +49,8 @@ static long job_running; /* workers still on the job */
 #ifdef __linux__
 /* Where a new worker starts.  Linux sometimes started a worker on its
  * creator's CPU and left it there for 5-30 ms while the other CPU sat
- * idle (the two threads were busy, so each counted as cache-hot): in a
+ * idle (likely: both threads were busy, and the scheduler leaves a task
+ * it counts as cache-hot): in a
  * new process on a 2-vCPU Zen 4 guest, core A (0.2 ms a run) ran at one
  * thread's 0.4 ms for its first 12-62 runs, the worker on CPU 0 with its
  * creator until about the 70th job.  So worker k starts on the k-th
