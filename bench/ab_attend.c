@@ -31,10 +31,6 @@
 #define AB_NAME "ab_attend"
 #include "ab_util.h"
 
-/* the other revision's primitives, their symbols renamed by ab_build.sh */
-void ab_old_attend_avx2(const attnc_tile *t);
-void ab_old_attend_avx512(const attnc_tile *t);
-
 int main(int argc, char **argv)
 {
   const attnc_prims *P = attnc_prims_get();
@@ -43,9 +39,7 @@ int main(int argc, char **argv)
   int reps, r, n, bias, causal;
   float *q, *k, *v, *o, *b, *work;
   double flops;
-  void (*old_attend)(const attnc_tile *) = strcmp(P->isa, "avx512") == 0 ? ab_old_attend_avx512
-                                           : strcmp(P->isa, "avx2") == 0 ? ab_old_attend_avx2
-                                                                         : NULL;
+  ab_attend_fn old_attend;
   if (argc < 6 || argc > 8) {
     fprintf(stderr, "usage: ab_attend C NK V_OFFSET REPS HEADS [BIAS [CAUSAL]]\n");
     return 2;
@@ -54,10 +48,7 @@ int main(int argc, char **argv)
   reps = (int)arg(argv[4], 1, AB_MAX_REPS, "REPS"), heads = arg(argv[5], 1, 256, "HEADS");
   bias = argc >= 7 ? (int)arg(argv[6], 0, 2, "BIAS") : 0;
   causal = argc == 8 ? (int)arg(argv[7], 0, 1, "CAUSAL") : 0;
-  if (!old_attend) {
-    fprintf(stderr, "ab_attend: the %s primitives are not compared (only avx2 and avx512)\n", P->isa);
-    return 2;
-  }
+  old_attend = ab_old_attend(P);
   rows_of[0] = getenv("AB_ROWS_OLD") ? arg(getenv("AB_ROWS_OLD"), 1, 512, "AB_ROWS_OLD") : 64;
   rows_of[1] = getenv("AB_ROWS_NEW") ? arg(getenv("AB_ROWS_NEW"), 1, 512, "AB_ROWS_NEW") : 64;
   q = floats(heads * nk * c, 1), k = floats(heads * nk * c, 2) + off, v = floats(heads * nk * c, 3) + off;

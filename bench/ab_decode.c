@@ -24,9 +24,6 @@
 #define AB_NAME "ab_decode"
 #include "ab_util.h"
 
-void ab_old_attend_avx2(const attnc_tile *t);
-void ab_old_attend_avx512(const attnc_tile *t);
-
 int main(int argc, char **argv)
 {
   const attnc_prims *P = attnc_prims_get();
@@ -35,9 +32,7 @@ int main(int argc, char **argv)
   int reps, r, w;
   float *q, *o, *m, *l, *work, *k[16], *v[16];
   char extra[64];
-  void (*old_attend)(const attnc_tile *) = strcmp(P->isa, "avx512") == 0 ? ab_old_attend_avx512
-                                           : strcmp(P->isa, "avx2") == 0 ? ab_old_attend_avx2
-                                                                         : NULL;
+  ab_attend_fn old_attend;
   if (argc < 7 || argc > 8) {
     fprintf(stderr, "usage: ab_decode C NK KV_HEADS GROUP SPLITS REPS [SETS]\n");
     return 2;
@@ -45,10 +40,7 @@ int main(int argc, char **argv)
   c = arg(argv[1], 1, 4096, "C"), nk = arg(argv[2], 1, 1L << 20, "NK"), g = arg(argv[3], 1, 256, "KV_HEADS");
   group = arg(argv[4], 1, 8, "GROUP"), splits = arg(argv[5], 1, 64, "SPLITS");
   reps = (int)arg(argv[6], 1, AB_MAX_REPS, "REPS"), sets = argc == 8 ? arg(argv[7], 1, 16, "SETS") : 4;
-  if (!old_attend) {
-    fprintf(stderr, "ab_decode: the %s primitives are not compared (only avx2 and avx512)\n", P->isa);
-    return 2;
-  }
+  old_attend = ab_old_attend(P);
   n = g * nk * c;
   q = floats(g * group * c, 1), o = floats(g * splits * group * c, 2);
   m = floats(g * splits * group, 3), l = floats(g * splits * group, 4), work = floats(P->attend_work(group, c), 5);

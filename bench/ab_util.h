@@ -6,7 +6,10 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+#include "prims.h"
 
 #define AB_MAX_REPS 2000
 
@@ -41,6 +44,22 @@ static float *floats(long n, unsigned seed)
     f[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
   }
   return f;
+}
+
+/* The other revision's attention primitives, their symbols renamed by
+ * ab_build.sh (every harness links them). */
+void ab_old_attend_avx2(const attnc_tile *t);
+void ab_old_attend_avx512(const attnc_tile *t);
+typedef void (*ab_attend_fn)(const attnc_tile *t);
+
+/* The other revision's attention for the set P uses; exits with 2 when
+ * that set is neither avx2 nor avx512. */
+static inline ab_attend_fn ab_old_attend(const attnc_prims *P)
+{
+  if (strcmp(P->isa, "avx512") == 0) return ab_old_attend_avx512;
+  if (strcmp(P->isa, "avx2") == 0) return ab_old_attend_avx2;
+  fprintf(stderr, AB_NAME ": the %s primitives are not compared (only avx2 and avx512)\n", P->isa);
+  exit(2);
 }
 
 static long arg(const char *s, long lo, long hi, const char *what)
