@@ -379,10 +379,6 @@ static void test_stress_one_kernel_many_threads(void **state)
   shared_kernel("gqa x=B,S,64 heads=8 kv_heads=2 causal mask=key name=stress_shared", ATTNC_BACKEND_CC);
 }
 
-/* One bindings object run again and again with its thread count changing
- * every run (1..4): the pool's workers must take part in exactly the jobs
- * they are counted for, even when one sat out the job before.  Every run
- * must give the bits of the one-thread run. */
 /* The pool starts each worker on a CPU other than its creator's (Linux
  * sometimes left both on one CPU for tens of milliseconds), then the
  * worker widens its affinity again: a worker must not stay pinned. */
@@ -426,6 +422,10 @@ static void test_stress_pool_worker_affinity(void **state)
              CPU_COUNT(&mine));
 }
 
+/* One bindings object run again and again with its thread count changing
+ * every run (1..4): the pool's workers must take part in exactly the jobs
+ * they are counted for, even when one sat out the job before.  Every run
+ * must give the bits of the one-thread run. */
 static void test_stress_thread_count_changes(void **state)
 {
   attnc_options o = { ATTNC_BACKEND_TCC, 1, NULL };
