@@ -611,7 +611,8 @@ static int cmd_bench(struct cli *c)
    * on a 2-vCPU guest a worker sometimes shared its creator's CPU for
    * 5-30 ms: core A (0.2 ms a run) read one thread's 0.4 ms for its
    * first 12-62 runs, then 0.2, so 100 timed runs after one warm-up
-   * timed the start-up, not the kernel. */
+   * timed the start-up, not the kernel.  (The pool now starts workers on
+   * another CPU, which made that rare, not impossible.) */
   t0 = now_ms();
   do {
     if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }

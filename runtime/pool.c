@@ -50,13 +50,12 @@ static long job_running; /* workers still on the job */
 /* Where a new worker starts.  Linux sometimes started a worker on its
  * creator's CPU and left it there for 5-30 ms while the other CPU sat
  * idle (likely: both threads were busy, and the scheduler leaves a task
- * it counts as cache-hot): in a
- * new process on a 2-vCPU Zen 4 guest, core A (0.2 ms a run) ran at one
- * thread's 0.4 ms for its first 12-62 runs, the worker on CPU 0 with its
- * creator until about the 70th job.  So worker k starts on the k-th
- * allowed CPU after the creator's own (when there is another), and once
- * running it takes back every CPU it was allowed, where the scheduler
- * then leaves it. */
+ * it counts as cache-hot).  In a new process on a 2-vCPU Zen 4 guest,
+ * core A (0.2 ms a run) ran at one thread's 0.4 ms for its first 12-62
+ * runs, the worker on CPU 0 with its creator until between its 60th and
+ * 80th job.  So worker k starts on the k-th allowed CPU after the
+ * creator's own (when there is another), and once running it takes
+ * back every CPU it was allowed, where the scheduler then leaves it. */
 static cpu_set_t worker_allowed[POOL_MAX];
 static int worker_pinned[POOL_MAX];
 

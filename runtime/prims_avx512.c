@@ -217,10 +217,11 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
           float *c = yc + r0 * y_stride;
           /* The first pass (every pass, big_w) finds a panel in L3 when
            * the weight is larger than L2 (a projection of few rows, whose
-           * items each take a share of the columns).  Its second row block asks for the
-           * next panel, so the next first block does not wait on L3 (full
-           * A, 128 rows and 4 MiB of weights, on a Xeon, 2 threads: 0.97
-           * of the time; full B, full C, AlphaFold E: 0.98).  The first
+           * items each take a share of the columns).  Its second row
+           * block asks for the next panel, so the next first block does
+           * not wait on L3 (full A, 128 rows and 4 MiB of weights, on a
+           * Xeon, 2 threads: 0.97 of the time; full B, full C, AlphaFold
+           * E: 0.98).  The first
            * panel, and every panel of a one-block pass, is asked for by
            * its own first block, PF_AHEAD inputs ahead. */
           const char *pf = NULL;
