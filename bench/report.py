@@ -82,6 +82,12 @@ def main():
     # several rounds: each peer's best round counts (lowest median), and the
     # spread max/min of its round medians says how noisy the machine was
     spread = {}
+    # attnc's busy_cpus (CPU time / wall time of its timed runs) well under
+    # its thread count: its threads took turns on fewer CPUs than asked
+    shared = []
+    for l in [l for (_, peer), ls in res.items() if peer == "attnc" for l in ls]:
+        if "busy_cpus" in l and l.get("threads", 1) > 1 and l["busy_cpus"] < 0.75 * l["threads"]:
+            shared.append("%s round %s (%.2f)" % (l["case"], l.get("round", "?"), l["busy_cpus"]))
     for key, lines in list(res.items()):
         ok = [l for l in lines if "median_ms" in l]
         if ok:
@@ -177,6 +183,9 @@ def main():
         notes.append("best of the rounds counts; widest round-to-round spread (max/min of the medians): " +
                      ", ".join("%s %.2fx (%s)" % (p, worst[p][0], labels.get(worst[p][1], worst[p][1]))
                                for p in ("attnc", "pytorch", "ort") if p in worst))
+    if shared:
+        notes.append("attnc's threads had fewer CPUs than threads (busy_cpus, CPU time / wall time, below 0.75 x "
+                     "threads) in: " + ", ".join(shared))
     if partial:
         notes.append("* against one peer only: the other was skipped or failed, so the target is not really checked")
     if short_threads:

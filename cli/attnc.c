@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -561,6 +562,14 @@ static double now_ms(void)
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* CPU time of the whole process (every thread), user and system, in ms */
+static double cpu_ms(void)
+{
+  struct rusage u;
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
   double x = *(const double *)a, y = *(const double *)b;
@@ -576,7 +585,7 @@ static int cmd_bench(struct cli *c)
   const attnc_gen *g;
   attnc_error e;
   attnc_tensor out;
-  double t0, compile_ms, *times = NULL, flops = 0;
+  double t0, compile_ms, *times = NULL, flops = 0, wall0, cpu0, busy;
   int i, rc = 1, runs = c->runs > 0 ? c->runs : 10;
   long warmups = 0, warmup_ms = c->warmup_ms >= 0 ? c->warmup_ms : 100;
   char *text = NULL;
@@ -618,11 +627,17 @@ static int cmd_bench(struct cli *c)
     if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
     warmups++;
   } while (now_ms() - t0 < (double)warmup_ms);
+  /* busy = CPU time over wall time of the timed runs: about the thread
+   * count when the threads had a CPU each (pool threads spin between
+   * phases), about 1 when they took turns on one CPU */
+  cpu0 = cpu_ms();
+  wall0 = now_ms();
   for (i = 0; i < runs; i++) {
     t0 = now_ms();
     if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
     times[i] = now_ms() - t0;
   }
+  busy = (cpu_ms() - cpu0) / (now_ms() - wall0 > 0 ? now_ms() - wall0 : 1);
   qsort(times, (size_t)runs, sizeof(double), cmp_double);
   {
     const char *names[64];
@@ -642,9 +657,9 @@ static int cmd_bench(struct cli *c)
     const char *isa = g->dtype == ATTNC_F32 ? attnc_isa() : "none (f64: plain C)";
     if (c->json)
       printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"gflops\": %.3f, \"compile_ms\": %.3f, \"backend\": \"%s\", "
-             "\"threads\": %d, \"runs\": %d, \"warmups\": %ld, \"isa\": \"%s\", \"scratch_bytes\": %ld, "
-             "\"canonical\": \"%s\"}\n",
-             med, times[0], flops / (med * 1e6), compile_ms, be, threads, runs, warmups, isa, scratch,
+             "\"threads\": %d, \"runs\": %d, \"warmups\": %ld, \"busy_cpus\": %.2f, \"isa\": \"%s\", "
+             "\"scratch_bytes\": %ld, \"canonical\": \"%s\"}\n",
+             med, times[0], flops / (med * 1e6), compile_ms, be, threads, runs, warmups, busy, isa, scratch,
              attnc_canonical(k));
     else
       printf("%s\nbackend %s (%s primitives), %d thread%s: median %.3f ms (min %.3f, %d runs after %ld warm-up), "

@@ -1486,6 +1486,25 @@ static void test_cli_bench_warmup(void **state)
   }
 }
 
+/* busy_cpus, CPU time over wall time of the timed runs: one thread
+ * cannot keep more than one CPU busy, and a kernel running for some
+ * milliseconds keeps it busy for most of them. */
+static void test_cli_bench_busy_cpus(void **state)
+{
+  cli_result r;
+  const char *v;
+  double busy;
+  (void)state;
+  CLI(r, "bench", "mha x=B,S,64 heads=2", "--json", "--threads", "1", "--runs", "50", "--warmup-ms", "0", "--dim",
+      "B=2", "--dim", "S=256");
+  EXPECT_EXIT0(r, "bench --threads 1");
+  v = json_value(r.out, "busy_cpus");
+  if (!v) { dump("bench busy_cpus", &r); fail_msg("bench --json lacks \"busy_cpus\""); }
+  busy = strtod(v, NULL);
+  if (!(busy > 0.2 && busy < 1.2)) { dump("bench busy_cpus", &r); fail_msg("one thread's busy_cpus must be about 1, read %g", busy); }
+  cli_free(&r);
+}
+
 static void test_cli_bench_text(void **state)
 {
   cli_result r;
@@ -1548,6 +1567,7 @@ int main(void)
     cmocka_unit_test(test_cli_bench_json),
     cmocka_unit_test(test_cli_bench_json_cc),
     cmocka_unit_test(test_cli_bench_warmup),
+    cmocka_unit_test(test_cli_bench_busy_cpus),
     cmocka_unit_test(test_cli_bench_text),
   };
   return cmocka_run_group_tests_name("cli", tests, setup, teardown);
