@@ -268,25 +268,31 @@ static int compile_spec(struct cli *c, attnc_kernel **k)
 
 /* ---- show, gen, explain ---- */
 
-/* Split text into lines (in place); returns the count. */
+/* Split text into lines (in place); returns the count.  Out of memory,
+ * *lines is NULL. */
 static size_t split_lines(char *text, char ***lines)
 {
   size_t n = 0, cap = 256;
-  char *p = text;
-  *lines = malloc(cap * sizeof **lines);
-  while (*lines && *p) {
+  char *p = text, **l = malloc(cap * sizeof *l);
+  *lines = NULL;
+  if (!l) return 0;
+  while (*p) {
     char *nl = strchr(p, '\n');
     if (n == cap) {
-      char **more = realloc(*lines, 2 * cap * sizeof **lines);
-      if (!more) break;
-      *lines = more;
+      char **more = realloc(l, 2 * cap * sizeof *l);
+      if (!more) {
+        free(l);
+        return 0;
+      }
+      l = more;
       cap *= 2;
     }
-    (*lines)[n++] = p;
+    l[n++] = p;
     if (!nl) break;
     *nl = '\0';
     p = nl + 1;
   }
+  *lines = l;
   return n;
 }
 
@@ -388,8 +394,9 @@ static int cmd_show(struct cli *c)
     na = split_lines(c->header ? hdr : src, &la);
     nb = split_lines(c->header ? hdr2 : src2, &lb);
     if (la && lb) print_diff(la, na, lb, nb, c->spec, d.spec);
+    else fprintf(stderr, "attnc: error: out of memory comparing the two kernels\n");
     free(la); free(lb); free(src2); free(hdr2); free(d.spec); free(src); free(hdr);
-    return 0;
+    return la && lb ? 0 : 1;
   }
   fputs(c->header ? hdr : src, stdout);
   free(src);
@@ -711,6 +718,6 @@ int main(int argc, char **argv)
   else if (strcmp(c.cmd, "explain") == 0) rc = cmd_explain(&c);
   else rc = cmd_bench(&c);
   free(c.spec);
-  for (rc = rc, c.ndims = c.ndims; c.ndims > 0; c.ndims--) free((char *)c.dim_names[c.ndims - 1]);
+  for (; c.ndims > 0; c.ndims--) free((char *)c.dim_names[c.ndims - 1]);
   return rc;
 }
