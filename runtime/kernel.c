@@ -475,6 +475,9 @@ static attnc_status check_shape(attnc_bindings *b, const char *what, const attnc
       if (t->shape[a] != w)
         return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' %s: axis %d is %lld but the spec says %lld", what, got, a,
                              (long long)t->shape[a], (long long)w);
+    } else if (w == 0 || -w > g->ndims) {
+      return attnc_err_set(err, ATTNC_EBIND, "tensor '%s': the kernel's shape table is broken (axis %d: %lld); regenerate it",
+                           what, a, (long long)w);
     } else {
       int d = (int)(-w - 1);
       if (b->dim_set[d]) {
