@@ -34,6 +34,29 @@ static inline next_tile attnc_next_tile(const attnc_tile *t, long j0, long jmax,
   return nx;
 }
 
+/* For the last key tile: the next query tile's rows instead, as the two
+ * halves of a next_tile, when the tile's rows are consecutive positions
+ * of one head (q_group 1) and at least 16.  A thread's next item is most
+ * often the tile just after this one (each owns a contiguous share of a
+ * phase), whose queries then come from L2 and not from memory:
+ * `bench/ab_attend.sh HEAD 64 512 0 30 32` (32 heads from memory)
+ * 0.971-0.990 of the time, AVX2 0.955-0.970; one head in cache 0.998-1.003.
+ * End to end on Zen 4 at 2 threads (alternating builds): core B
+ * 0.977-0.990 in four sets, AlphaFold E 0.979, core C 1.000, full B
+ * 0.989 and 1.015.  When the guess is wrong (the last tile of a head or
+ * batch element) the lines are only unused. */
+static inline next_tile attnc_next_queries(const attnc_tile *t)
+{
+  const long half = (t->rows + 1) / 2;
+  next_tile nx = { t->q, t->q, t->q_stride, t->q_stride, 0, t->c };
+  if (t->q_group == 1 && t->rows >= 16) {
+    nx.k = t->q + t->rows * t->q_stride;
+    nx.v = nx.k + half * t->q_stride;
+    nx.n = half;
+  }
+  return nx;
+}
+
 /* Rows [j0, j1) of the next tile's k and v, the lines of one key's k
  * and v side by side: the q.k loop asks for a few with each block of keys.
  * Into L2 (T1), not L1: decoding from memory (4 rows, 4096 keys of 128,

@@ -622,8 +622,10 @@ static void attend_rows(const attnc_tile *t)
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT;
     /* every row sees every key of this tile: no per-lane range test */
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
-    /* the next tile, asked for by the q.k loop as it goes */
-    const next_tile nx = attnc_next_tile(t, j0, jmax, pf);
+    /* the next tile, asked for by the q.k loop as it goes; after the
+     * last one, the next query tile */
+    next_tile nx = attnc_next_tile(t, j0, jmax, pf);
+    if (j0 + KT > jmax) nx = attnc_next_queries(t);
     /* Nothing to mask and no bias to gather, once every lane has a
      * running max: try the stale max (STALE_MAX) */
     int stale = !few && m_finite && all_visible && !t->mask && (!t->bias || bias_cols);
