@@ -644,7 +644,10 @@ static int cmd_bench(struct cli *c)
     if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
     times[i] = now_ms() - t0;
   }
-  busy = (cpu_ms() - cpu0) / (now_ms() - wall0 > 0 ? now_ms() - wall0 : 1);
+  {
+    const double cpu = cpu_ms() - cpu0, wall = now_ms() - wall0;
+    busy = cpu / (wall > 0 ? wall : 1);
+  }
   qsort(times, (size_t)runs, sizeof(double), cmp_double);
   {
     const char *names[64];
