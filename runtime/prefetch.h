@@ -42,9 +42,11 @@ static inline next_tile attnc_next_tile(const attnc_tile *t, long j0, long jmax,
  * `bench/ab_attend.sh HEAD 64 512 0 30 32` (32 heads from memory)
  * 0.971-0.990 of the time, AVX2 0.955-0.970; one head in cache 0.998-1.003.
  * End to end on Zen 4 at 2 threads (alternating builds): core B
- * 0.977-0.990 in four sets, AlphaFold E 0.979, core C 1.000, full B
- * 0.989 and 1.015.  When the guess is wrong (the last tile of a head or
- * batch element) the lines are only unused. */
+ * 0.977-0.990 in four sets, core C 1.000, full B 0.989 and 1.015,
+ * AlphaFold E 0.979, 1.042 and 1.021 as the machine slowed (its fused
+ * item's attention step alone 0.985 over five alternating pairs).  When
+ * the guess is wrong (the last tile of a head or batch element) the
+ * lines are only unused. */
 static inline next_tile attnc_next_queries(const attnc_tile *t)
 {
   const long half = (t->rows + 1) / 2;
