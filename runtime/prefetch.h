@@ -23,19 +23,8 @@ static inline void attnc_prefetch_rows(const float *a, long stride, long j0, lon
  * (n = 0: none). */
 typedef struct { const float *k, *v; long k_stride, v_stride, n, c; } next_tile;
 
-/* The key tile after the one at j0 (of ATTNC_ATTEND_KT keys, the last
- * ending at jmax) of tile t; none when this is the last one, or when
- * `on` is 0. */
-static inline next_tile attnc_next_tile(const attnc_tile *t, long j0, long jmax, int on)
-{
-  const long j1 = j0 + ATTNC_ATTEND_KT, left = jmax + 1 - j1;
-  const long n = on && left > 0 ? (left < ATTNC_ATTEND_KT ? left : ATTNC_ATTEND_KT) : 0;
-  const next_tile nx = { n ? t->k + j1 * t->k_stride : t->k, n ? t->v + j1 * t->v_stride : t->v, t->k_stride, t->v_stride, n, t->c };
-  return nx;
-}
-
-/* For the last key tile: the next query tile's rows instead, as the two
- * halves of a next_tile, when the tile's rows are consecutive positions
+/* After the last key tile: the next query tile's rows, as the two halves
+ * of a next_tile, when the tile's rows are consecutive positions
  * of one head (q_group 1) and at least 16.  A thread's next item is most
  * often the tile just after this one (each owns a contiguous share of a
  * phase), whose queries then come from L2 and not from memory:
@@ -57,6 +46,17 @@ static inline next_tile attnc_next_queries(const attnc_tile *t)
     nx.n = half;
   }
   return nx;
+}
+
+/* What the q.k loop of the key tile at j0 (of ATTNC_ATTEND_KT keys, the
+ * last ending at jmax) of tile t asks for: the next key tile (none when
+ * `on` is 0); after the last one, the next query tile. */
+static inline next_tile attnc_next_tile(const attnc_tile *t, long j0, long jmax, int on)
+{
+  const long j1 = j0 + ATTNC_ATTEND_KT, left = jmax + 1 - j1;
+  const long n = on && left > 0 ? (left < ATTNC_ATTEND_KT ? left : ATTNC_ATTEND_KT) : 0;
+  const next_tile nx = { n ? t->k + j1 * t->k_stride : t->k, n ? t->v + j1 * t->v_stride : t->v, t->k_stride, t->v_stride, n, t->c };
+  return left > 0 ? nx : attnc_next_queries(t);
 }
 
 /* Rows [j0, j1) of the next tile's k and v, the lines of one key's k

@@ -624,8 +624,7 @@ static void attend_rows(const attnc_tile *t)
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
     /* the next tile, asked for by the q.k loop as it goes; after the
      * last one, the next query tile */
-    next_tile nx = attnc_next_tile(t, j0, jmax, pf);
-    if (j0 + KT > jmax) nx = attnc_next_queries(t);
+    const next_tile nx = attnc_next_tile(t, j0, jmax, pf);
     /* Nothing to mask and no bias to gather, once every lane has a
      * running max: try the stale max (STALE_MAX) */
     int stale = !few && m_finite && all_visible && !t->mask && (!t->bias || bias_cols);

@@ -801,8 +801,7 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
     const int all_visible = lo_max <= j0 && hi_min >= j0 + kt - 1;
     /* the next tile, asked for by the q.k loop as it goes; after the
      * last one, the next query tile */
-    next_tile nx = attnc_next_tile(t, j0, jmax, 1);
-    if (nx.n == 0) nx = attnc_next_queries(t);
+    const next_tile nx = attnc_next_tile(t, j0, jmax, 1);
     if (bias_rows && j0 + KT <= jmax) /* the next tile's bias, row by row */
       for (r = 0; r < rows; r++)
         attnc_prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
