@@ -80,15 +80,21 @@ static inline void attnc_prims_row_ptrs(const attnc_tile *t, const float *base, 
   }
 }
 
-/* Visible key range of tile row r: [lo, hi] (empty when lo > hi). */
-static inline void attnc_prims_row_range(const attnc_tile *t, long r, long *lo, long *hi)
+/* Visible key range of query position i (t->i0 + a tile row / q_group):
+ * [lo, hi] (empty when lo > hi). */
+static inline void attnc_prims_pos_range(const attnc_tile *t, long i, long *lo, long *hi)
 {
-  long i = t->i0 + r / t->q_group;
   long a = t->k_begin, b = t->k_end - 1;
   if (t->has_lo && i + t->lo_off > a) a = i + t->lo_off;
   if (t->has_hi && i + t->hi_off < b) b = i + t->hi_off;
   *lo = a;
   *hi = b;
+}
+
+/* Visible key range of tile row r. */
+static inline void attnc_prims_row_range(const attnc_tile *t, long r, long *lo, long *hi)
+{
+  attnc_prims_pos_range(t, t->i0 + r / t->q_group, lo, hi);
 }
 
 /* The row-across-lanes attention (attend_rows, AVX-512 and AVX2): for each

@@ -547,12 +547,16 @@ static void store_row(float *dst, const float *src, long c, float s)
  * saw no key gets the empty-row rule. */
 static void finish_rows(const attnc_tile *t, const float *O, long cp, float *M, const float *L)
 {
-  long r;
+  long r, i, hh;
   /* a row whose NaN score the max dropped has a NaN sum: it saw a key */
   for (r = 0; r < t->rows; r++)
     if (M[r] == -INFINITY && L[r] != 0) M[r] = NAN;
-  for (r = 0; r < t->rows; r++) {
-    float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
+  for (r = 0, i = 0, hh = 0; r < t->rows; r++) {
+    float *o = t->o + i * t->o_stride + hh * t->o_hstride; /* row r = i * q_group + hh */
+    if (++hh == t->q_group) {
+      hh = 0;
+      i++;
+    }
     if (t->m_out) {
       t->m_out[r] = M[r] * ATTNC_LN2; /* the combine works in base e */
       t->l_out[r] = L[r];

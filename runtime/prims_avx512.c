@@ -554,12 +554,16 @@ static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float 
 {
   const long nv = cp / 16;
   const __mmask16 last = tail_mask(t->c - (nv - 1) * 16);
-  long r, d;
+  long r, d, i, hh;
   /* a row whose NaN score the max dropped (attend_rows) has a NaN sum: seen */
   for (r = 0; r < t->rows; r++)
     if (M[r] == -INFINITY && L[r] != 0) M[r] = NAN;
-  for (r = 0; r < t->rows; r++) {
-    float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
+  for (r = 0, i = 0, hh = 0; r < t->rows; r++) {
+    float *o = t->o + i * t->o_stride + hh * t->o_hstride; /* row r = i * q_group + hh */
+    if (++hh == t->q_group) {
+      hh = 0;
+      i++;
+    }
     if (t->m_out) {
       t->m_out[r] = M[r] * m_unit;
       t->l_out[r] = L[r];
