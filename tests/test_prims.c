@@ -359,23 +359,14 @@ static void test_prims_attend(void **state)
     { 17, 1, 96, 73, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0 },
   };
   size_t i;
-  int fails = 0;
+  int fails = 0, kb;
   (void)state;
-  for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i], 1, (long)i);
-    fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i], 0, (long)i);
-    fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i], 2, (long)i);
-    if (have_avx512()) {
-      fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 1, (long)i);
-      fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 0, (long)i);
-      fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], 2, (long)i);
+  for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (kb = 0; kb < 3; kb++) { /* each bias layout (check_attend's key_bias) */
+      fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i], kb, (long)i);
+      if (have_avx512()) fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], kb, (long)i);
+      if (have_avx2()) fails += !check_attend("avx2", attnc_prims_attend_avx2, &cases[i], kb, (long)i);
     }
-    if (have_avx2()) {
-      fails += !check_attend("avx2", attnc_prims_attend_avx2, &cases[i], 1, (long)i);
-      fails += !check_attend("avx2", attnc_prims_attend_avx2, &cases[i], 0, (long)i);
-      fails += !check_attend("avx2", attnc_prims_attend_avx2, &cases[i], 2, (long)i);
-    }
-  }
   if (!have_avx512()) printf("SKIP avx512 attend: this CPU has no AVX-512 (generic checked)\n");
   if (!have_avx2()) printf("SKIP avx2 attend: this CPU has no AVX2 and FMA (generic checked)\n");
   assert_int_equal(fails, 0);
