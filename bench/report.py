@@ -101,12 +101,14 @@ def main():
         threads = next((l.get("threads") for (c, p), l in res.items() if p == "attnc" and l.get("threads")), 1)
     peak = a.peak_gflops if a.peak_gflops else 250.0 * threads
 
-    head = ["case", "attnc ms", "pytorch ms", "ort ms (op)", "ratio", "rounds", "target", "met?"]
+    head = ["case", "attnc ms", "pytorch ms", "ort ms (op)", "ratio", "rounds", "target", "met?",
+            "attnc peak", "target needs"]
     rows = []
     footnotes = []
     n_met = n_rated = 0
     short_threads = []  # cases where attnc ran fewer threads than asked
     partial = False     # some ratio is against one peer only
+    near_peak = []      # cases whose target asks for over 95% of the FMA peak
     for c in cases:
         cid = c["case"]
         at, pt, ot = res.get((cid, "attnc")), res.get((cid, "pytorch")), res.get((cid, "ort"))
@@ -156,9 +158,25 @@ def main():
             met_cell += "*"
             partial = True
         rr = round_ratios.get(cid)
+        # How close to the FMA peak attnc runs, and how close the target asks
+        # it to run: useful FLOPs (attnc's GFLOP/s x its ms) done in the
+        # fastest peer's ms / target.  Above 100%, no FP32 kernel meets it.
+        # Causal and window cases: attnc counts their FLOPs dense (the
+        # masked scores too), so a share of the peak would mean nothing.
+        own = needs = "-"
+        masked = any(w in c["spec"].split() for w in ("causal", "window")) or "window=" in c["spec"]
+        if masked:
+            own = needs = "(dense)"
+        elif at and at.get("gflops") and a_ms:
+            own = "%.0f%%" % (100 * at["gflops"] / peak)
+            if peers:
+                needs_frac = at["gflops"] * a_ms * c["target"] / min(peers) / peak
+                needs = "%.0f%%" % (100 * needs_frac)
+                if needs_frac > 0.95:
+                    near_peak.append(c["label"])
         rows.append([c["label"], cell(at), cell(pt), ort_cell,
                      "%.2fx" % ratio if ratio is not None else "-",
-                     "%.2f-%.2fx" % rr if rr else "-", target, met_cell])
+                     "%.2f-%.2fx" % rr if rr else "-", target, met_cell, own, needs])
 
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
 
@@ -173,6 +191,10 @@ def main():
           % (n_met, n_rated))
     if round_ratios:
         print("rounds = the lowest and highest ratio within one round (the three timed back to back)")
+    print("attnc peak = attnc's useful GFLOP/s / the FMA peak (%.0f GFLOP/s, %s); target needs = the share of that "
+          "peak attnc must reach for ratio = target; (dense): causal, whose FLOPs count the masked scores too" % (peak, "measured" if a.peak_gflops else "the issue's figure"))
+    if near_peak:
+        notes.append("targets asking for over 95%% of the FMA peak in this run: %s" % ", ".join(near_peak))
     rounds = {k: v for k, v in spread.items() if v is not None}
     if rounds:
         worst = {}
