@@ -109,6 +109,7 @@ def main():
     short_threads = []  # cases where attnc ran fewer threads than asked
     partial = False     # some ratio is against one peer only
     near_peak = []      # cases whose target asks for over 95% of the FMA peak
+    dense_only = False  # a causal case's results carry only the dense FLOP count
     for c in cases:
         cid = c["case"]
         at, pt, ot = res.get((cid, "attnc")), res.get((cid, "pytorch")), res.get((cid, "ort"))
@@ -161,16 +162,20 @@ def main():
         # How close to the FMA peak attnc runs, and how close the target asks
         # it to run: useful FLOPs (attnc's GFLOP/s x its ms) done in the
         # fastest peer's ms / target.  Above 100%, no FP32 kernel meets it.
-        # Causal and window cases: attnc counts their FLOPs dense (the
-        # masked scores too), so a share of the peak would mean nothing.
+        # Causal and window cases count the FLOPs of the pairs their masks
+        # leave (gflops_unmasked); without that field (results of an older
+        # attnc) only the dense count, whose share of the peak means nothing.
         own = needs = "-"
-        masked = any(w in c["spec"].split() for w in ("causal", "window")) or "window=" in c["spec"]
-        if masked:
+        masked = any(w == "causal" or (w.split("=")[0] in ("causal", "window") and not w.endswith("=none"))
+                     for w in c["spec"].split())
+        gf = at.get("gflops_unmasked") if at and masked else at.get("gflops") if at else None
+        if masked and not gf and at and at.get("gflops"):
             own = needs = "(dense)"
-        elif at and at.get("gflops") and a_ms:
-            own = "%.0f%%" % (100 * at["gflops"] / peak)
+            dense_only = True
+        elif gf and a_ms:
+            own = "%.0f%%" % (100 * gf / peak)
             if peers:
-                needs_frac = at["gflops"] * a_ms * c["target"] / min(peers) / peak
+                needs_frac = gf * a_ms * c["target"] / min(peers) / peak
                 needs = "%.0f%%" % (100 * needs_frac)
                 if needs_frac > 0.95:
                     near_peak.append(c["label"])
@@ -192,7 +197,10 @@ def main():
     if round_ratios:
         print("rounds = the lowest and highest ratio within one round (the three timed back to back)")
     print("attnc peak = attnc's useful GFLOP/s / the FMA peak (%.0f GFLOP/s, %s); target needs = the share of that "
-          "peak attnc must reach for ratio = target; (dense): causal, whose FLOPs count the masked scores too" % (peak, "measured" if a.peak_gflops else "the issue's figure"))
+          "peak attnc must reach for ratio = target (causal cases: the FLOPs of the unmasked pairs)" % (peak, "measured" if a.peak_gflops else "the issue's figure"))
+    if dense_only:
+        notes.append("(dense): these results have no gflops_unmasked (an attnc before explain counted the unmasked "
+                     "pairs), and a share of the peak from the dense count would mean nothing")
     if near_peak:
         notes.append("targets asking for over 95%% of the FMA peak in this run: %s" % ", ".join(near_peak))
     rounds = {k: v for k, v in spread.items() if v is not None}

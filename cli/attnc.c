@@ -130,7 +130,8 @@ static const char *help_for(const char *cmd)
     return "usage: attnc bench SPEC [--dim NAME=N]... [--backend tcc|cc] [--threads N] [--runs N]\n"
            "                  [--warmup-ms MS] [--json]\n"
            "Times the kernel on random data: median and minimum of the timed runs after the warm-up\n"
-           "runs, GFLOP/s (the FLOPs of explain), compile time and scratch bytes.\n"
+           "runs, GFLOP/s (the FLOPs of explain; with causal or window masks also over the\n"
+           "unmasked pairs alone), compile time and scratch bytes.\n"
            "  --dim NAME=N        size of a named dim (unset ones are 128)\n"
            "  --backend tcc|cc    default ATTNC_BACKEND, else tcc\n"
            "  --threads N         threads (default ATTNC_THREADS, else all CPUs)\n"
@@ -592,7 +593,7 @@ static int cmd_bench(struct cli *c)
   const attnc_gen *g;
   attnc_error e;
   attnc_tensor out;
-  double t0, compile_ms, *times = NULL, flops = 0, wall0, cpu0, busy;
+  double t0, compile_ms, *times = NULL, flops = 0, flops_unmasked = 0, wall0, cpu0, busy;
   int i, rc = 1, runs = c->runs > 0 ? c->runs : 10;
   long warmups = 0, warmup_ms = c->warmup_ms >= 0 ? c->warmup_ms : 100;
   char *text = NULL;
@@ -656,8 +657,11 @@ static int cmd_bench(struct cli *c)
     char *line;
     for (i = 0; i < g->ndims && i < 64; i++) { names[i] = g->dim_names[i]; dims[i] = bound[i]; }
     if (attnc_explain(c->spec, NULL, names, dims, g->ndims, &text, &e) == ATTNC_OK &&
-        (line = strstr(text, "  total")) != NULL)
+        (line = strstr(text, "  total")) != NULL) {
       flops = strtod(line + 7, NULL);
+      /* causal and window: the FLOPs of the pairs the masks leave */
+      if ((line = strstr(text, "  unmasked total")) != NULL) flops_unmasked = strtod(line + 16, NULL);
+    }
   }
   {
     double med = times[runs / 2];
@@ -665,17 +669,23 @@ static int cmd_bench(struct cli *c)
     int threads = attnc_bindings_threads(b);
     long scratch = attnc_bindings_scratch_bytes(b);
     const char *isa = g->dtype == ATTNC_F32 ? attnc_isa() : "none (f64: plain C)";
-    if (c->json)
-      printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"gflops\": %.3f, \"compile_ms\": %.3f, \"backend\": \"%s\", "
+    char unmasked[96] = "";
+    if (c->json) {
+      if (flops_unmasked > 0)
+        snprintf(unmasked, sizeof unmasked, "\"gflops_unmasked\": %.3f, ", flops_unmasked / (med * 1e6));
+      printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"gflops\": %.3f, %s\"compile_ms\": %.3f, \"backend\": \"%s\", "
              "\"threads\": %d, \"runs\": %d, \"warmups\": %ld, \"busy_cpus\": %.2f, \"isa\": \"%s\", "
              "\"scratch_bytes\": %ld, \"canonical\": \"%s\"}\n",
-             med, times[0], flops / (med * 1e6), compile_ms, be, threads, runs, warmups, busy, isa, scratch,
+             med, times[0], flops / (med * 1e6), unmasked, compile_ms, be, threads, runs, warmups, busy, isa, scratch,
              attnc_canonical(k));
-    else
+    } else {
+      if (flops_unmasked > 0)
+        snprintf(unmasked, sizeof unmasked, " (%.2f over the unmasked pairs)", flops_unmasked / (med * 1e6));
       printf("%s\nbackend %s (%s primitives), %d thread%s: median %.3f ms (min %.3f, %d runs after %ld warm-up), "
-             "%.2f GFLOP/s, compile %.2f ms, scratch %ld bytes\n",
+             "%.2f GFLOP/s%s, compile %.2f ms, scratch %ld bytes\n",
              attnc_canonical(k), be, isa, threads, threads == 1 ? "" : "s", med, times[0], runs, warmups,
-             flops / (med * 1e6), compile_ms, scratch);
+             flops / (med * 1e6), unmasked, compile_ms, scratch);
+    }
   }
   rc = 0;
 done:

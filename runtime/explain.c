@@ -70,6 +70,28 @@ static void shape_line(struct text *t, const attnc_gen *g, const char *label, co
   }
 }
 
+/* The (query, key) pairs that causal and window masks leave visible, over
+ * sq query positions and sk keys (docs/spec.md: p = i, or i + Sk - Sq with
+ * causal=bottom_right; causal keeps j <= p, a window p-L <= j <= p+R, and
+ * both hold together).  A key mask depends on the data and is not counted.
+ * One step per query position (0.2 s at 10^8 of them). */
+static double visible_pairs(const attnc_gen *g, double sq, double sk)
+{
+  double n = 0, i;
+  if (!g->causal && !g->has_window) return sq * sk;
+  for (i = 0; i < sq; i++) {
+    const double p = g->causal == 2 ? i + sk - sq : i;
+    double lo = 0, hi = sk - 1;
+    if (g->causal && p < hi) hi = p;
+    if (g->has_window) {
+      if (p - (double)g->window_l > lo) lo = p - (double)g->window_l;
+      if (p + (double)g->window_r < hi) hi = p + (double)g->window_r;
+    }
+    if (hi >= lo) n += hi - lo + 1;
+  }
+  return n;
+}
+
 attnc_status attnc_explain(const char *spec, const attnc_options *opts, const char *const *names,
                            const int64_t *values, int n, char **text, attnc_error *err)
 {
@@ -139,7 +161,7 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
     scores = 2 * nb * H * sq_eff * Sk * C;
     wsum = scores;
     total = proj + scores + wsum + gate + outp;
-    put(&t, "FLOPs (2 per multiply-add, dense: masks not subtracted):\n");
+    put(&t, "FLOPs (2 per multiply-add, dense: masks not subtracted; causal and window: also unmasked):\n");
     if (!g.core) put(&t, "  project q, k, v     %14.0f\n", proj);
     put(&t, "  scores q.k          %14.0f\n", scores);
     put(&t, "  softmax             %14.0f exps\n", nb * H * sq_eff * Sk);
@@ -147,6 +169,15 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
     if (g.gated) put(&t, "  gate                %14.0f\n", gate);
     if (!g.core) put(&t, "  output projection   %14.0f\n", outp);
     put(&t, "  total               %14.0f  (%.3f GFLOP)\n", total, total / 1e9);
+    if (g.causal || g.has_window) {
+      /* the same sums over the pairs the masks leave: what a kernel that
+       * skips the masked scores has to do (the bench's gflops_unmasked) */
+      const double vis = visible_pairs(&g, sq_eff, Sk), all = sq_eff * Sk, att = (scores + wsum) * (vis / all);
+      put(&t, "  unmasked pairs      %14.0f  of %.0f query-key pairs per head (%s)\n", vis, all,
+          g.causal && g.has_window ? "causal and window" : g.causal ? "causal" : "window");
+      put(&t, "  unmasked total      %14.0f  (%.3f GFLOP): q.k and p.v over those pairs only\n",
+          total - scores - wsum + att, (total - scores - wsum + att) / 1e9);
+    }
     put(&t, "memory:\n  weights %.0f bytes, inputs %.0f bytes, scratch %.0f bytes\n", weights, inputs, scratch);
     put(&t, "  arithmetic intensity %.2f FLOP/byte (over weights + inputs + output)\n",
         total / (weights + inputs + rows_out * (g.core ? 1 : (double)g.c_in) * (double)es + 1e-300));

@@ -730,6 +730,66 @@ static void test_cli_explain(void **state)
   cli_free(&r);
 }
 
+/* The number after `label` at the start of a line of `text` (-1 if none). */
+static double explain_number(const char *text, const char *label)
+{
+  char pat[64];
+  const char *p;
+  snprintf(pat, sizeof pat, "\n  %s ", label);
+  p = strstr(text, pat);
+  return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+/* The pairs causal and window masks leave, counted by `explain`, against a
+ * count over every (i, j) by the rule of docs/spec.md; and the unmasked
+ * total is the dense total less the masked pairs' q.k and p.v. */
+static void test_cli_explain_unmasked(void **state)
+{
+  static const struct { const char *spec; int causal; long wl, wr; } cases[] = {
+    { "mha mode=core q=1,2,5,8 kv=1,2,7,8 causal", 1, -1, -1 },
+    { "mha mode=core q=1,2,5,8 kv=1,2,7,8 causal=bottom_right", 2, -1, -1 },
+    { "mha mode=core q=1,2,7,8 kv=1,2,5,8 causal=bottom_right", 2, -1, -1 },
+    { "mha mode=core q=1,2,9,8 kv=1,2,9,8 window=2,1", 0, 2, 1 },
+    { "mha mode=core q=1,2,5,8 kv=1,2,7,8 causal=bottom_right window=2,1", 2, 2, 1 },
+    { "mha x=3,11,16 heads=2 causal window=4,0", 1, 4, 0 },
+  };
+  size_t c;
+  (void)state;
+  for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    cli_result r;
+    long sq, sk, i, j, n = 0, nb, heads, hd;
+    int full = strncmp(cases[c].spec, "mha x=", 6) == 0;
+    if (full) { nb = 3; sq = sk = 11; heads = 2; hd = 8; }
+    else if (sscanf(cases[c].spec, "mha mode=core q=%ld,%ld,%ld,%ld kv=1,2,%ld", &nb, &heads, &sq, &hd, &sk) != 5)
+      fail_msg("test spec '%s' does not parse", cases[c].spec);
+    for (i = 0; i < sq; i++)
+      for (j = 0; j < sk; j++) {
+        const long p = cases[c].causal == 2 ? i + sk - sq : i;
+        int ok = !(cases[c].causal && j > p);
+        if (cases[c].wl >= 0 && (j < p - cases[c].wl || j > p + cases[c].wr)) ok = 0;
+        n += ok;
+      }
+    CLI(r, "explain", cases[c].spec);
+    EXPECT_EXIT0(r, cases[c].spec);
+    if (explain_number(r.out, "unmasked pairs") != (double)n) {
+      dump("explain", &r);
+      fail_msg("%s: explain counts %.0f unmasked pairs, the rule %ld", cases[c].spec, explain_number(r.out, "unmasked pairs"), n);
+    }
+    /* q.k and p.v: 2 FLOPs a multiply-add, head_dim of them a pair, per head and batch element */
+    assert_true(explain_number(r.out, "total") - explain_number(r.out, "unmasked total") ==
+                2.0 * 2 * hd * heads * nb * (double)(sq * sk - n));
+    cli_free(&r);
+  }
+  { /* no causal or window mask: no unmasked lines */
+    cli_result r;
+    CLI(r, "explain", "mha mode=core q=1,2,5,8 kv=1,2,7,8");
+    EXPECT_EXIT0(r, "explain without masks");
+    EXPECT_LACKS(r, r.out, "unmasked pairs", "explain without masks");
+    EXPECT_LACKS(r, r.out, "unmasked total", "explain without masks");
+    cli_free(&r);
+  }
+}
+
 static void test_cli_explain_dims(void **state)
 {
   cli_result r;
@@ -1447,6 +1507,10 @@ static void bench_json(const char *backend)
   assert_true(strtod(json_value(p, "median_ms"), NULL) > 0);
   assert_true(strtod(json_value(p, "gflops"), NULL) > 0);
   assert_true(strtod(json_value(p, "threads"), NULL) >= 1);
+  /* causal: also the rate over the unmasked pairs, less than the dense one */
+  if (!json_value(p, "gflops_unmasked")) { dump("bench --json", &r); fail_msg("bench --json lacks \"gflops_unmasked\" for a causal spec"); }
+  assert_true(strtod(json_value(p, "gflops_unmasked"), NULL) > 0);
+  assert_true(strtod(json_value(p, "gflops_unmasked"), NULL) < strtod(json_value(p, "gflops"), NULL));
   snprintf(want, sizeof want, "\"%s\"", backend);
   p = json_value(r.out, "backend");
   if (!p || strncmp(p, want, strlen(want)) != 0) { dump("bench --json", &r); fail_msg("bench --json: backend must be %s", want); }
@@ -1539,6 +1603,7 @@ int main(void)
     cmocka_unit_test(test_cli_show_header),
     cmocka_unit_test(test_cli_explain),
     cmocka_unit_test(test_cli_explain_dims),
+    cmocka_unit_test(test_cli_explain_unmasked),
     cmocka_unit_test(test_cli_explain_bad_dim),
     cmocka_unit_test(test_cli_check_tcc),
     cmocka_unit_test(test_cli_check_cc),
