@@ -123,22 +123,26 @@ $(B)/libattnc.so: $(LIB_OBJ) $(B)/obj/tcc_shim.o runtime/attnc.map
 	@test -f $@
 
 # ---- the CLI (links the float64 reference for `attnc check`) ----
-# Objects of the CLI and the tests (tests/checker.c and tests/reference.c
-# serve both) are in $(TOBJ), compiled once for every program.
+# Objects of the CLI and the tests are in $(TOBJ), compiled once for every
+# program; check/ (the checker and the float64 reference) serves both.
 TOBJ ?= $(B)/tobj
-TEST_HDR := $(wildcard tests/*.h) $(wildcard runtime/*.h) templates/abi.h cli/heatmap.h
+TEST_HDR := $(wildcard tests/*.h) $(wildcard check/*.h) $(wildcard runtime/*.h) templates/abi.h cli/heatmap.h
 $(B)/tobj/%.o: tests/%.c $(TEST_HDR) | $(B)/.deps
 	@mkdir -p $(B)/tobj
 	@echo "  CC      $@"
-	$(Q)$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(CPPFLAGS) -Itests -Icheck $(CFLAGS) -c -o $@ $<
+$(B)/tobj/check_%.o: check/%.c $(TEST_HDR) | $(B)/.deps
+	@mkdir -p $(B)/tobj
+	@echo "  CC      $@"
+	$(Q)$(CC) $(CPPFLAGS) -Icheck $(CFLAGS) -c -o $@ $<
 $(B)/tobj/cli_%.o: cli/%.c $(TEST_HDR) | $(B)/.deps
 	@mkdir -p $(B)/tobj
 	@echo "  CC      $@"
-	$(Q)$(CC) $(CPPFLAGS) -Itests -Icli $(CFLAGS) -c -o $@ $<
-CHECK_OBJ = $(TOBJ)/checker.o $(TOBJ)/reference.o
+	$(Q)$(CC) $(CPPFLAGS) -Icheck -Icli $(CFLAGS) -c -o $@ $<
+CHECK_OBJ = $(TOBJ)/check_checker.o $(TOBJ)/check_reference.o
 # Named here, so they are not intermediate files: make keeps them, and a
 # missing one is made again (check-avx512-emu links them from this build).
-TOBJ_FILES := $(TESTS:%=$(B)/tobj/%.o) $(B)/tobj/checker.o $(B)/tobj/reference.o $(B)/tobj/cli_attnc.o $(B)/tobj/cli_heatmap.o
+TOBJ_FILES := $(TESTS:%=$(B)/tobj/%.o) $(B)/tobj/check_checker.o $(B)/tobj/check_reference.o $(B)/tobj/cli_attnc.o $(B)/tobj/cli_heatmap.o
 .PHONY: test-objs
 test-objs: $(TOBJ_FILES)
 

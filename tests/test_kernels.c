@@ -1,5 +1,5 @@
 /* Numerics sweeps: generated kernels against the float64 reference
- * (tests/reference.c) over heads, kv heads, head_dim, lengths 1/7/33/257,
+ * (check/reference.c) over heads, kv heads, head_dim, lengths 1/7/33/257,
  * every attention axis of 2-D..5-D inputs, every mask kind, bias
  * broadcasts, global, gate, cross-attention, core mode and f64, on both
  * backends, on 1 and 2 threads, on tensors on and off 64-byte

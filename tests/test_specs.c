@@ -5,7 +5,7 @@
  *                         and no two files share a name (they share one
  *                         AOT library in `make aot`)
  *   test_specs_tcc        JIT with libtcc, checked against the float64
- *   test_specs_cc         reference (tests/checker.h) with every named dim
+ *   test_specs_cc         reference (check/checker.c) with every named dim
  *                         small: all 5, all 1 (lengths of one), and all
  *                         different (2, 3, 4, ...: catches mixed-up dims)
  *   test_specs_aot_gcc    attnc_generate -> NAME.c / NAME.h in a mkdtemp

@@ -1,4 +1,4 @@
-/* The checker: one spec, random tensors, kernel vs tests/reference.c. */
+/* The checker: one spec, random tensors, kernel vs check/reference.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  *
  * It follows the AlphaFold worksheet's MultiHeadAttention (prepare_qkv,
  * prepare_qkv_global, forward) step by step, with the extensions of
- * ../shared/DESIGN.md (GQA/MQA, cross-attention, causal, window, empty rows,
+ * docs/spec.md (GQA/MQA, cross-attention, causal, window, empty rows,
  * core mode).  Nothing here is fast on purpose: one batch at a time, one
  * query row at a time, plain loops, so that a reader can check each line
  * against the math.  Semantics decided here that the design leaves open are

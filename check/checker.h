@@ -1,5 +1,5 @@
 /* Check one spec against the float64 reference: random weights and inputs
- * (seeded), run the kernel, run tests/reference.c, compare.  Used by
+ * (seeded), run the kernel, run check/reference.c, compare.  Used by
  * `attnc check` and by the sweep tests. */
 #ifndef ATTNC_CHECKER_H
 #define ATTNC_CHECKER_H

@@ -1,5 +1,5 @@
 /* The one float64 reference for every attnc variant.  Plain loops, no
- * tricks: obviously correct is the point.  Semantics: ../shared/DESIGN.md
+ * tricks: obviously correct is the point.  Semantics: docs/spec.md
  * (and the AlphaFold worksheet it grew from). */
 #ifndef ATTNC_REFERENCE_H
 #define ATTNC_REFERENCE_H
