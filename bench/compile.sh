@@ -24,7 +24,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 compile_ms() { # backend -> compile_ms of one new process
   # into a file, then parsed: a parser started in a pipe would be starting
   # up (and faulting in its pages) on the other core while attnc compiles,
-  # which on this machine adds 2-3 ms to a 4 ms compile
+  # and slow the compile being timed
   "$ATTNC" bench "$SPEC" --json --backend "$1" --threads "$THREADS" --runs 1 </dev/null >"$TMP/one" 2>/dev/null || true
   field compile_ms <"$TMP/one"
 }

@@ -7,8 +7,8 @@
  * stores), enough to keep two FMA pipes full whatever their latency; a
  * single chain would only measure the latency.  24 chains with AVX-512's
  * 32 registers, 12 with AVX2's 16: more chains than registers spill to
- * memory and measure the stores (24 AVX2 chains read 14% low on a Zen 3).  The widest vector the CPU
- * has (AVX-512, else AVX2) is chosen at run time.  Five trials of about
+ * memory and measure the stores.  The widest vector the CPU has
+ * (AVX-512, else AVX2) is chosen at run time.  Five trials of about
  * 0.2 s each; the best one counts, so the peak errs high and a fraction of
  * it errs low.  GFLOP/s counts an FMA as two FLOPs per lane. */
 #define _POSIX_C_SOURCE 200809L

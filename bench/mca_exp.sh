@@ -8,9 +8,8 @@
 # prims_avx2.c on the znver3 model, exp512_neg and exp2_512_neg of
 # prims_avx512.c on the icelake-server model (llvm-mca 14 has no AVX-512
 # AMD model).  For a machine that lacks the ISA, this is the only number
-# there is.  Where it could be checked: the AVX2 pass's estimate fell
-# from 10.5 to 6.5 cycles with the base-2 softmax (bench/mca_exp.sh
-# 79a75b3), and core B measured 3-4% faster.
+# there is; how the estimates track measured times is in
+# docs/performance.md.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 command -v llvm-mca >/dev/null || { echo "mca_exp: llvm-mca is missing (Debian: apt-get install llvm)" >&2; exit 1; }

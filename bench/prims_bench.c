@@ -7,8 +7,8 @@
  *     build/prims_bench attend ROWS C NK STRIDE [REPS]
  *         one head: NK query rows in tiles of ROWS, against NK keys and
  *         values of C floats whose rows are STRIDE floats apart (C: one
- *         contiguous block per head; H*C: heads side by side, as a full
- *         kernel laid them out before k and v went head-major)
+ *         contiguous block per head; H*C: heads side by side, as in a
+ *         caller's (..., H*C) k and v)
  *
  * Prints one JSON line: the ISA (ATTNC_ISA caps it, as for the library),
  * the best and the median of REPS timed repetitions (default 20, after

@@ -63,7 +63,7 @@ if ! "$PY" -c 'import torch' 2>/dev/null; then
   else TORCH=0; skip pytorch "python3-torch is not installed (apt-get install -y python3-torch libopenblas0-pthread)"; fi
 fi
 # Debian's torch takes its BLAS from the libblas.so.3 alternative; the
-# reference BLAS there makes every Linear 10-50x slower than OpenBLAS.
+# reference BLAS there is far slower than OpenBLAS at every Linear.
 blas_of_torch() {
   "$PY" - <<'EOF' 2>/dev/null
 import torch, re
@@ -169,10 +169,8 @@ if [ -z "${BENCH_PEAK_GFLOPS:-}" ]; then
   if [ -n "$PEAK" ]; then echo "FMA peak, $THREADS thread(s), measured by $PEAK_BIN: ${PEAK_BEFORE:-?} GFLOP/s before the suite, ${PEAK_AFTER:-?} after (the higher counts)"
   else echo "bench: warning: $PEAK_BIN did not run (make $PEAK_BIN); the peak is the issue's 250 GFLOP/s per thread" >&2; fi
   # A reading at N threads below 0.8 x N one-thread peaks means the
-  # threads did not get N cores while it ran (on a Zen 4 guest both
-  # readings of one run gave one core's 116-118 GFLOP/s, where the runs
-  # around it read 216-230): then N one-thread peaks count instead, so
-  # that core B's share is not flattered.
+  # threads did not get N cores while it ran: then N one-thread peaks
+  # count instead, so that core B's share is not flattered.
   if [ -n "$PEAK" ] && [ "$THREADS" -gt 1 ]; then
     PEAK1=$([ -x "$PEAK_BIN" ] && "$PEAK_BIN" 1 </dev/null 2>/dev/null | json_num gflops)
     LOW=$(awk -v p="$PEAK" -v one="${PEAK1:-0}" -v n="$THREADS" 'BEGIN { if (one > 0 && p < 0.8 * n * one) print n * one }')

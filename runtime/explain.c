@@ -74,7 +74,7 @@ static void shape_line(struct text *t, const attnc_gen *g, const char *label, co
  * sq query positions and sk keys (docs/spec.md: p = i, or i + Sk - Sq with
  * causal=bottom_right; causal keeps j <= p, a window p-L <= j <= p+R, and
  * both hold together).  A key mask depends on the data and is not counted.
- * One step per query position (0.2 s at 10^8 of them). */
+ * One step per query position, not per pair. */
 static double visible_pairs(const attnc_gen *g, double sq, double sk)
 {
   double n = 0, i;

@@ -5,10 +5,9 @@
  * the same way, so uneven items (causal tiles) and a late thread balance
  * out.  The split never changes results because items never share
  * outputs.  Owning the same share from one job to the next keeps each
- * thread on the same data from run to run: full A's scratch and weights
- * of the same heads stay in one core's cache, where items taken in turn
- * from one counter moved them between the cores every run (full A 0.95
- * of the time on a Xeon).
+ * thread on the same data from run to run: a kernel's scratch and the
+ * weights of the same heads stay in one core's cache, where items taken
+ * in turn from one counter would move them between the cores every run.
  * While one job runs, a second caller does not wait: it runs its job on
  * its own thread.
  *
@@ -47,15 +46,12 @@ static struct {
 static long job_running; /* workers still on the job */
 
 #ifdef __linux__
-/* Where a new worker starts.  Linux sometimes started a worker on its
- * creator's CPU and left it there for 5-30 ms while the other CPU sat
- * idle (likely: both threads were busy, and the scheduler leaves a task
- * it counts as cache-hot).  In a new process on a 2-vCPU Zen 4 guest,
- * core A (0.2 ms a run) ran at one thread's 0.4 ms for its first 12-62
- * runs, the worker on CPU 0 with its creator until between its 60th and
- * 80th job.  So worker k starts on the k-th allowed CPU after the
- * creator's own (when there is another), and once running it takes
- * back every CPU it was allowed, where the scheduler then leaves it. */
+/* Where a new worker starts.  Linux may start a worker on its creator's
+ * CPU and leave it there for many jobs while another CPU sits idle (both
+ * threads are busy, and the scheduler leaves a task it counts as
+ * cache-hot).  So worker k starts on the k-th allowed CPU after the
+ * creator's own (when there is another), and once running it takes back
+ * every CPU it was allowed, where the scheduler then leaves it. */
 static cpu_set_t worker_allowed[POOL_MAX];
 static int worker_pinned[POOL_MAX];
 

@@ -1,8 +1,8 @@
 /* Software prefetches of the attention's key and value rows, shared by
  * prims_avx2.c and prims_avx512.c (each includes it after <immintrin.h>).
- * Rows of a projected k or v are H*c floats apart, too far for the
- * hardware prefetcher; contiguous ones it follows, but on a Zen 5 one
- * tile's worth of them still came late (bench/ab_attend.sh ... 32 heads). */
+ * Rows of a k or v with its heads side by side are H*c floats apart, too
+ * far for the hardware prefetcher; contiguous rows it follows, but not
+ * always a whole tile ahead. */
 #ifndef ATTNC_PREFETCH_H
 #define ATTNC_PREFETCH_H
 
@@ -27,13 +27,7 @@ typedef struct { const float *k, *v; long k_stride, v_stride, n, c; } next_tile;
  * of a next_tile, when the tile's rows are consecutive positions
  * of one head (q_group 1) and at least 16.  A thread's next item is most
  * often the tile just after this one (each owns a contiguous share of a
- * phase), whose queries then come from L2 and not from memory:
- * `bench/ab_attend.sh HEAD 64 512 0 30 32` (32 heads from memory)
- * 0.971-0.990 of the time, AVX2 0.955-0.970; one head in cache 0.998-1.003.
- * End to end on Zen 4 at 2 threads (alternating builds): core B
- * 0.977-0.990 in four sets, core C 1.000, full B 0.989 and 1.015,
- * AlphaFold E 0.979, 1.042 and 1.021 as the machine slowed (its fused
- * item's attention step alone 0.985 over five alternating pairs).  When
+ * phase), whose queries then come from L2 and not from memory.  When
  * the guess is wrong (the last tile of a head or batch element) the
  * lines are only unused. */
 static inline next_tile attnc_next_queries(const attnc_tile *t)
@@ -61,12 +55,9 @@ static inline next_tile attnc_next_tile(const attnc_tile *t, long j0, long jmax,
 
 /* Rows [j0, j1) of the next tile's k and v, the lines of one key's k
  * and v side by side: the q.k loop asks for a few with each block of keys.
- * Into L2 (T1), not L1: decoding from memory (4 rows, 4096 keys of 128,
- * 32 MiB of k and v), T0's requests waited on one another, and decode D
- * end to end took 0.50-0.68 of the time with T1 (Zen 4, 2 threads,
- * alternating builds; bench/ab_decode.sh 0.76-1.01 from memory, AVX2
- * 0.91-0.92).  Tiles in cache (core B, AlphaFold E's heads) read the
- * same within noise (bench/ab_attend.sh 0.99-1.01). */
+ * Into L2 (T1), not L1: when k and v stream from memory (decoding over
+ * a long cache), requests into L1 queue behind one another and hold up
+ * the loads; tiles already in cache lose nothing by it. */
 static inline __attribute__((always_inline)) void prefetch_next(const next_tile *nx, long j0, long j1)
 {
   long j, d;

@@ -109,7 +109,7 @@ void attnc_prims_rows_begin(const attnc_tile *t, long r_pad, float *O, long cp, 
   *hi_min = t->k_end - 1;
   if (O) memset(O, 0, sizeof(float) * cp * t->rows);
   /* i and hh step along with r: a division per row (two, with the bias
-   * offset) took about a third of a 64-row tile's set-up and finish */
+   * offset) would take a large share of a tile's set-up and finish */
   for (r = 0; r < r_pad; r++) {
     long lo = 1, hi = 0; /* padding lanes see no key */
     if (r < t->rows) {

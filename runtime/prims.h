@@ -63,9 +63,7 @@ void attnc_prims_linear_heads_generic(const float *x, long rows, long x_stride, 
                                       long head_stride);
 /* Rows r0 .. r0 + n - 1 of a tile's q (or o): row r at base + (r /
  * q_group) * stride + (r % q_group) * hstride, NULL past t->rows.  One
- * division for the lot, where a 64-bit idiv per row and 16-float block
- * drew about 3% of the AVX-512 attend_rows' perf samples in core B (the
- * end-to-end gain measured within the noise). */
+ * division for the lot, not a 64-bit idiv per row and 16-float block. */
 static inline void attnc_prims_row_ptrs(const attnc_tile *t, const float *base, long stride, long hstride, long r0,
                                         int n, const float **out)
 {

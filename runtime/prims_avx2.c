@@ -1,5 +1,5 @@
-/* AVX2 + FMA primitives, for x86-64 CPUs without AVX-512 (AMD Zen 1-3,
- * Intel Haswell to Comet Lake).  The algorithms are those of
+/* AVX2 + FMA primitives, for x86-64 CPUs that have those but not
+ * AVX-512.  The algorithms are those of
  * prims_avx512.c on 8 lanes instead of 16: a packed, register-blocked
  * GEMM, and attention with query rows across the lanes and an online
  * softmax down the columns.  This file is compiled with -mavx2 -mfma;
@@ -214,8 +214,7 @@ void attnc_prims_linear_heads_avx2(const float *x, long rows, long x_stride, lon
  * probabilities 2^(s - m) and TS[8u ..] their sums: each block's s - m
  * come straight back from L1 to be exponentiated, between the FMAs of
  * its neighbours, instead of in a pass of their own over the tile.
- * (Starting at -m spares a load and a subtraction per score vector:
- * attention medians 0.95-0.99 of subtracting m afterwards.) */
+ * Starting at -m spares a load and a subtraction per score vector. */
 INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r8, const float *k, long k_stride,
                        float *ST, float *MX, const float *BT, long bt_j, long live, const float *NM, float *TS)
 {
@@ -475,10 +474,9 @@ static void pv_all(long rows, long kt, const float *P, long pr, long pj, float *
  * OT[d][r] = alpha_r OT[d][r] + sum_j V[j][d] P[r][j], P[r][j] = ST[j][r].
  * A block of NC values x NU row vectors loads NU probability vectors and
  * broadcasts NC elements of v per key: 7 loads for 12 FMAs at 4 x 3.  A
- * broadcast reads v wherever it lies, as the q.k kernel reads k: v rows
- * that are not 32-byte aligned (a caller's tensor from malloc is
- * 16-aligned) need no aligned copy of each key tile, which pv_all's
- * vector loads did (3% of core B on one thread).  Padding lanes are
+ * broadcast reads v wherever it lies, as the q.k kernel reads k, so v
+ * rows that are not 32-byte aligned (a caller's tensor from malloc is
+ * 16-aligned) need no aligned copy of each key tile.  Padding lanes are
  * computed too, and never read. */
 INLINE void pvT_kernel(const int NC, const int NU, long kt, const float *ST, long r8, float *OT, const float *alpha,
                        const float *v, long v_stride)

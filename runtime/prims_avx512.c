@@ -54,12 +54,9 @@ INLINE __m512 exp512_neg(__m512 x)
  * m itself, inside the q.k kernel, and m, the sums so far and o need no
  * rescaling.  Probabilities then reach 2^STALE_MAX = 256 at most, which
  * float holds as well as 1.  A tile past that is scored again and goes
- * the usual way, which moves m up.  (prims_avx2.c has had it since the
- * fifth AVX2 session.)  Wide heads only (c > 32): at head_dim 32 the
- * q.k kernel's d loop is short against its epilogue of exponentials,
- * and without the stale max `bench/ab_attend.sh` read 0.94-0.95 (32 256
- * 0 300 8, with and without bias) and 0.91-0.94 at 16, on Zen 4 (on the
- * Xeon AlphaFold E had read 1.008 with it); at 48 and 64 it stays. */
+ * the usual way, which moves m up.  Wide heads only (c > 32): at
+ * head_dim 32 and below the q.k kernel's d loop is short against its
+ * epilogue of exponentials, and the plain path is the faster. */
 #define STALE_MAX 8.0f
 
 /* attend_rows works in base 2, as prims_avx2.c's attention does
@@ -70,7 +67,7 @@ INLINE __m512 exp512_neg(__m512 x)
  * (1 where x is a tiny negative): one reduce gives r, prims.h's
  * ATTNC_EXP2F_P0..P5 give 2^r, and scalef, which floors its exponent
  * itself, takes x as it is.  Six vector ops, where rounding to the
- * nearest took eleven (a clamp, a compare for the underflow lanes, a
+ * nearest takes eleven (a clamp, a compare for the underflow lanes, a
  * two-op round, the subtraction, a masked scalef).  No clamp is needed:
  * reduce gives +0 for an infinity and raises no flag, and scalef by -inf
  * gives 0, so a masked score (-inf) needs nothing of its own. */
@@ -102,8 +99,8 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
 {
   __m512 acc0[14], acc1[14];
   /* row i at a3[i / 3] + i % 3 rows: five bases and three offsets (0, 1
-   * and 2 rows, plus k) address the 14 rows, where one pointer per row
-   * left too few registers, and gcc reloaded row offsets from the stack
+   * and 2 rows, plus k) address the 14 rows; one pointer per row leaves
+   * too few registers, and gcc then reloads row offsets from the stack
    * every k */
   const float *a3[5];
   long k;
@@ -142,16 +139,12 @@ INLINE void lin_kernel(const int MR, long kc, const float *a, long lda, const fl
 
 /* Whether a row block's x rows, x_stride floats apart, would crowd one
  * set of L1: more than 7 of the 14 rows' lines in one set (sets repeat
- * every 4 KiB on Zen 4's 32 KiB 8-way L1 and the Xeon's 48 KiB 12-way).
- * Rows of 1024 inputs put all 14 in one set, and each k's broadcasts
- * missed: on a Zen 4, 56x1024x64 ran at 65-84 GFLOP/s where 56x512x64
- * ran at 115 (prims_bench, one core).  Such rows are copied, a pass
- * and KC_COPY inputs at a time, to a buffer whose rows are 64 bytes
- * longer, which spreads them over the sets: bench/ab_linear.sh against
- * the uncopied rows, 56x1024x64 0.60, 96x1024x1024 0.60-0.66,
- * 2048x1024x64 (x from L3) 0.88; full C end to end 0.88 (Zen 4, 2
- * threads).  Whether rows are copied depends on x_stride alone, so the
- * same rows give the same bits however a call splits them. */
+ * every 4 KiB on a 32 KiB 8-way or 48 KiB 12-way L1).  Rows of 1024
+ * inputs put all 14 in one set, and each k's broadcasts miss.  Such rows
+ * are copied, a pass and KC_COPY inputs at a time, to a buffer whose rows
+ * are 64 bytes longer, which spreads them over the sets.  Whether rows
+ * are copied depends on x_stride alone, so the same rows give the same
+ * bits however a call splits them. */
 static int rows_alias(long x_stride)
 {
   int count[64] = { 0 }, i, most = 0;
@@ -182,7 +175,7 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
                         const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
 {
   /* Rows in blocks of at most 14, their sizes differing by at most one
-   * (128 rows: 8 of 13 and 2 of 12, where blocks of 14 left a 2-row block
+   * (128 rows: 8 of 13 and 2 of 12, where blocks of 14 leave a 2-row block
    * at half the FMA rate), and the blocks in passes of at most 4, also
    * even: a pass's x (at most 56 rows, 112 KiB at 512 inputs) stays in L2
    * while every panel goes by.  Which block a row falls in never changes
@@ -191,7 +184,7 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
   const int copy = rows_alias(x_stride);
   const long kcmax = copy ? KC_COPY : KC;
   /* over 512 KiB of weights, every pass finds them in L3, not only the
-   * first: 96x1024x1024 with cold weights, 0.92 of the time (Zen 4) */
+   * first, so every pass prefetches its panels as the first does */
   const int big_w = panels * NR * n_in > (1L << 17);
   float xc[56 * (KC_COPY + 16)] __attribute__((aligned(64)));
   long pass, k0, p, bk;
@@ -219,11 +212,9 @@ static void linear_cols(const float *x, long rows, long x_stride, long n_in, con
            * the weight is larger than L2 (a projection of few rows, whose
            * items each take a share of the columns).  Its second row
            * block asks for the next panel, so the next first block does
-           * not wait on L3 (full A, 128 rows and 4 MiB of weights, on a
-           * Xeon, 2 threads: 0.97 of the time; full B, full C, AlphaFold
-           * E: 0.98).  The first
-           * panel, and every panel of a one-block pass, is asked for by
-           * its own first block, PF_AHEAD inputs ahead. */
+           * not wait on L3.  The first panel, and every panel of a
+           * one-block pass, is asked for by its own first block,
+           * PF_AHEAD inputs ahead. */
           const char *pf = NULL;
           if (cold && bk == b0 && (p == 0 || b1 - b0 == 1)) pf = (const char *)(bp + PF_AHEAD * NR);
           else if (cold && bk == b0 + 1 && p + 1 < panels) pf = (const char *)(bp + NR * n_in);
@@ -311,7 +302,7 @@ INLINE void pv_kernel(const int MR, long kt, const float *P, long pr, long pj, f
 
 /* The sums of a[r][k] (r, k < 4), each across its 16 lanes, as one
  * vector: lane 4r + k.  A tree of unpacks and shuffles, 45 vector ops for
- * 16 sums, where one _mm512_reduce_add_ps each took about 8. */
+ * 16 sums, where one _mm512_reduce_add_ps each takes about 8. */
 INLINE __m512 hsum4x4(__m512 a[4][4])
 {
   __m512 v[4], w01, w23;
@@ -417,8 +408,8 @@ INLINE void pv_kernel8(const int MR, long kt, const float *P, long pr, long pj, 
  * x 32 for narrow heads).  Inlined, so that each caller's pr or pj is a
  * constant: the row offsets of P are then immediates, where as a function
  * of its own (6 or 8 offsets in registers, with the accumulators taking
- * every other) they sat in vector registers and each broadcast waited
- * for a vmovq (p.v at head_dim 32 ran at about half the FMA peak). */
+ * every other) they end up in vector registers and each broadcast waits
+ * for a vmovq. */
 INLINE void pv_all(long rows, long kt, const float *P, long pr, long pj, float *O, long cp, const float *alpha,
                    const float *vt, long v_stride, long nv, __mmask16 last)
 {
@@ -589,7 +580,7 @@ static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float 
  *   - the online softmax runs down the columns: the max and sum over a key
  *     tile, the rescale factor and the running max and sum are vectors of
  *     16 rows, with no horizontal reductions and no scalar exp;
- *   - p.v broadcasts p[r][j] = ST[j][r] against rows of v, as before.
+ *   - p.v broadcasts p[r][j] = ST[j][r] against rows of v, as pv_all does.
  * Scores, biases and the running max are in base-2 units (times log2 e;
  * see exp2_512_neg). */
 
@@ -642,10 +633,9 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
 }
 
 /* QKB keys a block: 4 (16 accumulators) for narrow heads, 6 (24) for the
- * rest, where each row vector of q loaded then feeds six FMAs.  Six keys
- * measured 0.96-0.98 of the attention's time at head_dim 64 and 1.03-1.07
- * at head_dim 32 (a 32-long d loop: the blocks' ends weigh more), on a
- * Xeon (bench/ab_attend.sh). */
+ * rest, where each row vector of q loaded then feeds six FMAs.  Narrow
+ * heads keep four: with a d loop of 32 or less, the blocks' ends weigh
+ * more than the loads six keys save. */
 INLINE void qkT_tile_body(const int QKB, long nrv, long kt, long c, const float *QT, long r16, const float *k,
                           long k_stride, float *ST, float *MX, const float *BT, long bt_j, long rows, const next_tile *nx,
                           const float *NM, float *TS)
@@ -663,7 +653,7 @@ INLINE void qkT_tile_body(const int QKB, long nrv, long kt, long c, const float 
       const float *nm = NM ? NM + rv0 * 16 : NULL;
       const long live = rows - rv0 * 16;
       if (rv0 == 0) prefetch_next(nx, jb, jb + QKB);
-      if (BT && jb + 8 < kt) { /* the bias two key blocks ahead (from L3 or memory, a cold bias waited here) */
+      if (BT && jb + 8 < kt) { /* the bias two key blocks ahead: one from L3 or memory would stall the loop */
         const float *bn = BT + (jb + 8) * bt_j + rv0 * 16;
         int x, l;
         for (x = 0; x < QKB && jb + 8 + x < kt; x++)
@@ -729,7 +719,7 @@ INLINE void transpose16(__m512 *r)
 
 /* ST[j][16 rows of rv] += bias of those rows at keys j0 + j, j < kt, for a
  * bias contiguous along the keys: 16 x 16 blocks loaded by rows and
- * transposed in registers (a gather per key costs about four times more). */
+ * transposed in registers, far cheaper than a gather per key. */
 static __m512 add_bias_rows(const float *bias0, const int *BO, long rv, long j0, long kt, float *st, long r16)
 {
   __m512 mx = _mm512_set1_ps(-INFINITY); /* the column max of the biased scores */
@@ -768,9 +758,9 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
 
   attnc_prims_rows_begin(t, r16, O, cp, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
 
-  /* Keys and values are prefetched whatever their layout: contiguous rows
-   * the hardware follows, but on a Zen 5 a tile of them still came late
-   * (see prefetch.h) */
+  /* Keys and values are prefetched whatever their layout: the hardware
+   * follows contiguous rows, but not always a whole tile ahead (see
+   * prefetch.h) */
   if (jmin <= jmax) { /* the first key tile, while the queries are transposed */
     const long j1 = jmax + 1 < jmin + KT ? jmax + 1 : jmin + KT;
     attnc_prefetch_rows(t->k, t->k_stride, jmin, j1, c);
@@ -895,8 +885,8 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
  * rest (6 rows), each also for c a multiple of 16 (whole: no masked loads
  * of v): each function then holds only its own p.v kernels, and the
  * compiler allocates registers for them alone.  With both widths in one
- * function, a change to one copy moved the other's row offsets of P to
- * the stack (see pv_all). */
+ * function, one copy's register pressure can push the other's row
+ * offsets of P to the stack (see pv_all). */
 static void attend_rows_narrow(const attnc_tile *t) { attend_rows_body(t, 1, 0); }
 static void attend_rows_narrow_whole(const attnc_tile *t) { attend_rows_body(t, 1, 1); }
 static void attend_rows_wide(const attnc_tile *t) { attend_rows_body(t, 0, 0); }

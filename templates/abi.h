@@ -1,8 +1,9 @@
 /* The calling convention shared by every generated kernel and the runtime.
  *
- * A kernel runs in phases (project, keys, attend, combine, output); each phase
- * has a number of independent work items, and NAME_phase(args, phase,
- * begin, end, thread) runs items [begin, end).  The runtime spreads items
+ * A kernel runs in ATTNC_PHASES phases (0 project, 1 attend, 2 combine the
+ * key splits, 3 gate and output projection); each phase has a number of
+ * independent work items, and NAME_phase(args, phase, begin, end, thread)
+ * runs items [begin, end).  The runtime spreads items
  * over its threads with a barrier between phases; NAME_run(args) runs
  * everything on the calling thread.  Item counts depend only on shapes, so
  * results are the same for any thread count. */
@@ -16,7 +17,7 @@ enum attnc_slot {
   ATTNC_SLOT_COUNT
 };
 #define ATTNC_ABI_MAX_RANK 8
-#define ATTNC_PHASES 4 /* project, attend, combine, output */
+#define ATTNC_PHASES 4 /* project, attend, combine, gate and output */
 
 /* One tile of flash attention: `rows` query rows against keys
  * [k_begin, k_end).  Row r is query position i = i0 + r / q_group of head

@@ -3,7 +3,7 @@
  * usage: embed OUT.c ROOT FILE...   (names are FILE paths relative to ROOT)
  *
  * Besides each file's text it stores Lua 5.4 bytecode, so the library does
- * not parse Lua when it starts (about 5 ms saved on a cold compile):
+ * not parse Lua when it starts (a cost on every cold compile):
  *   "bc:gen/X.lua"        the module, compiled (with its debug information);
  *   "bc:templates/X.tmpl" the template translated to Lua by gen/template.lua
  *                         (template.translate) and compiled.
