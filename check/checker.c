@@ -196,6 +196,7 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   ko.backend = o->backend;
   ko.threads = 0;
   ko.spec_name = o->spec_name;
+  ko.form = o->form;
   k = attnc_compile(spec, &ko, &r->err);
   if (!k) { r->status = r->err.code; return 0; }
   r->backend = attnc_kernel_backend(k);

@@ -8,6 +8,7 @@
 
 typedef struct checker_opts {
   attnc_backend backend;
+  attnc_form form;                /* the fast (default) or the plain form */
   const char *spec_name;          /* for error positions; NULL: "spec" */
   const char *const *dim_names;   /* named dims to set; others default_dim */
   const int64_t *dim_values;

@@ -58,7 +58,7 @@ struct cli {
   int64_t dim_values[MAX_DIMS];
   int ndims;
   unsigned long seed;
-  int print_name, header, json, threads, runs;
+  int print_name, header, json, threads, runs, plain;
   long warmup_ms; /* bench: warm up this long (-1: the default) */
   attnc_backend backend;
 };
@@ -68,6 +68,8 @@ static void print_error(const attnc_error *e)
   if (e->where[0]) fprintf(stderr, "%s: error: %s\n", e->where, e->message);
   else fprintf(stderr, "attnc: error: %s\n", e->message);
 }
+
+static attnc_form form_of(const struct cli *c) { return c->plain ? ATTNC_FORM_PLAIN : ATTNC_FORM_FAST; }
 
 static int fail(const char *fmt, const char *arg)
 {
@@ -81,7 +83,7 @@ static const char *help_for(const char *cmd)
 {
   if (strcmp(cmd, "run") == 0)
     return "usage: attnc run SPEC --tensors FILE... --out FILE [--prefix P] [--dim NAME=N]...\n"
-           "                [--backend tcc|cc] [--threads N] [--save-attn FILE] [--heatmap FILE.svg]\n"
+           "                [--backend tcc|cc] [--threads N] [--plain] [--save-attn FILE] [--heatmap FILE.svg]\n"
            "Binds weights and inputs by name from safetensors files (linear_q.weight, q_proj.weight,\n"
            "in_proj_weight, ...; inputs x, kv, bias, mask, q, k, v), infers named dims from the\n"
            "inputs' shapes, runs the kernel and writes the tensor `out`.\n"
@@ -93,31 +95,36 @@ static const char *help_for(const char *cmd)
            "  --backend tcc|cc    libtcc in memory, or the system C compiler (cached); default\n"
            "                      ATTNC_BACKEND, else tcc\n"
            "  --threads N         threads for the run (default ATTNC_THREADS, else all CPUs)\n"
+           "  --plain             run the plain form (one thread, one function per step)\n"
            "  --save-attn FILE    write the attention weights (batch axes..., H, Sq, Sk) as the\n"
            "                      tensor `attn` (computed in float64 by the reference)\n"
            "  --heatmap FILE.svg  draw them, one panel per head for the first batch index, as a\n"
            "                      standalone SVG\n";
   if (strcmp(cmd, "check") == 0)
-    return "usage: attnc check SPEC [--dim NAME=N]... [--seed N] [--backend tcc|cc] [--threads N]\n"
+    return "usage: attnc check SPEC [--dim NAME=N]... [--seed N] [--backend tcc|cc] [--threads N] [--plain]\n"
            "Compiles the kernel, runs it on random weights and inputs and compares the output with\n"
            "the float64 reference; prints the canonical spec and the max error against the tolerance.\n"
            "  --dim NAME=N        size of a named dim (unset ones are 7)\n"
            "  --seed N            random seed (default 0): the same seed gives the same data\n"
            "  --backend tcc|cc    the backend to check (default ATTNC_BACKEND, else tcc)\n"
            "  --threads N         threads for the run\n"
+           "  --plain             check the plain form instead of the fast one\n"
            "Exit status 0 within tolerance, 1 on a mismatch, 2 when it cannot run (e.g. a spec error).\n";
   if (strcmp(cmd, "gen") == 0)
-    return "usage: attnc gen SPEC -o DIR [--print-name]\n"
+    return "usage: attnc gen SPEC -o DIR [--print-name] [--plain]\n"
            "Writes DIR/NAME.c and DIR/NAME.h (NAME is the spec's name=, else attnc_ and a hash),\n"
            "which compile with any C99 compiler and need only libm: no attnc library, Lua or tcc.\n"
            "The header lists every tensor with its shape.  Existing files are replaced.\n"
            "  -o DIR              output folder, created if missing (its parent must exist)\n"
            "  --print-name        print only NAME (for build rules) instead of \"wrote ...\"\n"
+           "  --plain             write the plain form: one function per step, one thread\n"
            "docs/aot.md has Makefile and CMake rules; docs/api.md the calling convention.\n";
   if (strcmp(cmd, "show") == 0)
-    return "usage: attnc show SPEC [--header] [--diff SPEC2]\n"
-           "Prints the generated C: a banner with the canonical spec, every buffer with its shape,\n"
-           "and each step named after the math.\n"
+    return "usage: attnc show SPEC [--plain] [--header] [--diff SPEC2]\n"
+           "Prints the generated C that runs: a banner with the canonical spec, every buffer with\n"
+           "its shape, and each step named after the math, in phases, tiles and primitives.\n"
+           "  --plain             print the plain form instead: the algorithm of exactly this\n"
+           "                      spec, one function per step, one thread (it computes the same)\n"
            "  --header            print the header (NAME.h) instead\n"
            "  --diff SPEC2        print what changes in the generated code from SPEC to SPEC2 (e.g.\n"
            "                      mha -> gqa, ungated -> gated) as a unified diff; SPEC2 may be @FILE\n";
@@ -127,7 +134,7 @@ static const char *help_for(const char *cmd)
            "total (2 per multiply-add), scratch memory and arithmetic intensity.\n"
            "  --dim NAME=N        size of a named dim; bytes and FLOPs need every named dim\n";
   if (strcmp(cmd, "bench") == 0)
-    return "usage: attnc bench SPEC [--dim NAME=N]... [--backend tcc|cc] [--threads N] [--runs N]\n"
+    return "usage: attnc bench SPEC [--dim NAME=N]... [--backend tcc|cc] [--threads N] [--runs N] [--plain]\n"
            "                  [--warmup-ms MS] [--json]\n"
            "Times the kernel on random data: median and minimum of the timed runs after the warm-up\n"
            "runs, GFLOP/s (the FLOPs of explain; with causal or window masks also over the\n"
@@ -136,6 +143,7 @@ static const char *help_for(const char *cmd)
            "  --backend tcc|cc    default ATTNC_BACKEND, else tcc\n"
            "  --threads N         threads (default ATTNC_THREADS, else all CPUs)\n"
            "  --runs N            timed runs (default 10)\n"
+           "  --plain             time the plain form (one thread, one function per step)\n"
            "  --warmup-ms MS      warm-up runs until MS milliseconds have passed, at least one\n"
            "                      (default 100: a new process's threads can take tens of\n"
            "                      milliseconds to reach their own cores)\n"
@@ -249,6 +257,7 @@ static int parse_args(struct cli *c, int argc, char **argv)
     } else if (strcmp(a, "--print-name") == 0) c->print_name = 1;
     else if (strcmp(a, "--header") == 0) c->header = 1;
     else if (strcmp(a, "--json") == 0) c->json = 1;
+    else if (strcmp(a, "--plain") == 0) c->plain = 1;
     else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(help_for(c->cmd), stdout); return -1; }
     else {
       fprintf(stderr, "attnc: error: unknown or incomplete option '%s' for '%s'\n%s", a, c->cmd, help_for(c->cmd));
@@ -260,7 +269,7 @@ static int parse_args(struct cli *c, int argc, char **argv)
 
 static int compile_spec(struct cli *c, attnc_kernel **k)
 {
-  attnc_options o = { c->backend, c->threads, c->spec_name };
+  attnc_options o = { c->backend, c->threads, c->spec_name, form_of(c) };
   attnc_error e;
   *k = attnc_compile(c->spec, &o, &e);
   if (!*k) { print_error(&e); return 1; }
@@ -372,7 +381,7 @@ static void mask_name(char *text)
 
 static int cmd_show(struct cli *c)
 {
-  attnc_options o = { c->backend, c->threads, c->spec_name };
+  attnc_options o = { c->backend, c->threads, c->spec_name, form_of(c) };
   attnc_error e;
   char *src = NULL, *hdr = NULL;
   if (attnc_generate(c->spec, &o, &src, &hdr, &e) != ATTNC_OK) { print_error(&e); return 1; }
@@ -418,7 +427,7 @@ static int write_text(const char *path, const char *text)
 
 static int cmd_gen(struct cli *c)
 {
-  attnc_options o = { c->backend, c->threads, c->spec_name };
+  attnc_options o = { c->backend, c->threads, c->spec_name, form_of(c) };
   attnc_error e;
   char *src = NULL, *hdr = NULL, canon[8192], path[4096];
   const char *name;
@@ -449,7 +458,7 @@ static int cmd_gen(struct cli *c)
 
 static int cmd_explain(struct cli *c)
 {
-  attnc_options o = { c->backend, c->threads, c->spec_name };
+  attnc_options o = { c->backend, c->threads, c->spec_name, form_of(c) };
   attnc_error e;
   char *text = NULL;
   if (attnc_explain(c->spec, &o, c->dim_names, c->dim_values, c->ndims, &text, &e) != ATTNC_OK) {
@@ -550,14 +559,15 @@ static int cmd_check(struct cli *c)
   o.ndims = c->ndims;
   o.seed = c->seed;
   o.threads = c->threads;
+  o.form = form_of(c);
   checker_run(c->spec, &o, &r);
   if (r.status != ATTNC_OK) {
     print_error(&r.err);
     return 2;
   }
   printf("%s\n", r.canonical);
-  printf("backend %s: %zu outputs, max abs error %.3g (max |ref| %.3g; tolerance %.0e + %.0e |ref| per element): %s\n",
-         r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.atol, r.rtol, r.ok ? "OK" : "MISMATCH");
+  printf("%sbackend %s: %zu outputs, max abs error %.3g (max |ref| %.3g; tolerance %.0e + %.0e |ref| per element): %s\n",
+         c->plain ? "plain form, " : "", r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.atol, r.rtol, r.ok ? "OK" : "MISMATCH");
   return r.ok ? 0 : 1;
 }
 

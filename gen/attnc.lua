@@ -13,13 +13,14 @@ function M.canonical(text)
   return spec.parse(text).canonical
 end
 
--- spec text -> everything the runtime needs to compile and bind a kernel
-function M.generate(text)
+-- spec text and form ("fast" or "plain") -> everything the runtime needs
+-- to compile and bind a kernel
+function M.generate(text, form)
   local s = spec.parse(text)
   local p = plan.plan(s, M.VERSION)
-  local source, header = emit.emit(p)
+  local source, header = emit.emit(p, form)
   return {
-    canonical = s.canonical, name = s.name, source = source, header = header,
+    canonical = s.canonical, name = s.name, source = source, header = header, plain = form == "plain",
     dtype = s.dtype, dims = s.dims, inputs = p.sig.inputs, out = p.sig.out,
     mask = p.sig.mask, core = p.core,
     global = s.global, gated = s.gated, global_mean = s.global_mean,

@@ -119,15 +119,47 @@ local function buffers(p)
   return out
 end
 
-function M.emit(p)
+-- NAME_mask_strides(), which both forms define for a spec with a key mask.
+local function mask_strides(p)
+  if not p.has_mask then return "" end
+  local env = {}
+  for k, v in pairs(p) do env[k] = v end
+  return (render("mask_strides.c.tmpl", env):gsub("\n$", ""))
+end
+
+-- "B, S": the named dims, or "none".
+local function dim_list(p)
+  local t = {}
+  for i, d in ipairs(p.dims) do t[i] = d.name end
+  return #t > 0 and concat(t, ", ") or "none"
+end
+M.dim_list = dim_list
+
+-- The fast form (what runs by default) or the plain form (gen/plain.lua).
+function M.emit(p, form)
+  local source
+  if form == "plain" then
+    local env = require("plain").env(p)
+    env.summary = summary(p)
+    env.mask_strides = mask_strides(p)
+    env.dim_list = dim_list(p)
+    source = render("plain.c.tmpl", env)
+  else
+    source = M.fast(p)
+  end
+  return source, M.header(p, form == "plain")
+end
+
+function M.fast(p)
   local env = {}
   for k, v in pairs(p) do env[k] = v end
   local names = {}
   for i, d in ipairs(p.dims) do names[i] = '"' .. d.name .. '"' end
   env.dim_names_c = #names > 0 and concat(names, ", ") or "0"
-  env.dim_list = #names > 0 and concat((function() local t = {} for i, d in ipairs(p.dims) do t[i] = d.name end return t end)(), ", ") or "none"
   env.summary = summary(p)
   env.buffers = buffers(p)
+  env.mask_strides = mask_strides(p)
+  env.dim_list = dim_list(p)
   env.mul = function(a, b)
     if b == 1 then return tostring(a) end
     if a == 1 then return tostring(b) end
@@ -173,8 +205,10 @@ function M.emit(p)
     for i = 1, s.rank - 1 do xr[i] = s.x[i]; kr[i] = s.kv[i] end
     env.x_rows_shape, env.kv_rows_shape = shape_text(xr), shape_text(kr)
   end
-  local source = render("kernel.c.tmpl", env)
+  return render("kernel.c.tmpl", env)
+end
 
+function M.header(p, plain)
   local tensors = {}
   for _, t in ipairs(p.sig.inputs) do
     insert(tensors, { slot_name = SLOT_NAMES[t.slot], shape = shape_text(t.shape) })
@@ -183,13 +217,12 @@ function M.emit(p)
   if p.sig.mask then for _, d in ipairs(p.sig.mask.batch) do insert(hb, tostring(d)) end end
   local henv = {
     name = p.name, upper = supper(p.name), guard = supper(p.name) .. "_H",
-    canonical = p.canonical, version = p.version, dims = p.dims, dim_list = env.dim_list,
+    canonical = p.canonical, version = p.version, dims = p.dims, dim_list = dim_list(p),
     tensors = tensors, out_shape = shape_text(p.sig.out), has_mask = p.has_mask,
     mask_batch = "(" .. concat(hb, ", ") .. ")", abi = templates["abi.h"],
-    H = p.H, G = p.G, C = p.C, core = p.core, C_IN = p.C_IN, C_KV = p.C_KV,
+    H = p.H, G = p.G, C = p.C, core = p.core, C_IN = p.C_IN, C_KV = p.C_KV, plain = plain,
   }
-  local header = render("header.h.tmpl", henv)
-  return source, header
+  return render("header.h.tmpl", henv)
 end
 
 return M

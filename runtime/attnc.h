@@ -63,10 +63,16 @@ typedef enum attnc_backend {
   ATTNC_BACKEND_CC           /* system C compiler -> shared object */
 } attnc_backend;
 
+typedef enum attnc_form {
+  ATTNC_FORM_FAST = 0,      /* phases, tiles and vectorised primitives, on the thread pool */
+  ATTNC_FORM_PLAIN          /* the algorithm alone: one function per step, one thread, for reading */
+} attnc_form;
+
 typedef struct attnc_options {
   attnc_backend backend;
   int threads;              /* default threads of the kernel's bindings; 0: ATTNC_THREADS, else all CPUs */
   const char *spec_name;    /* position prefix in errors; NULL: "spec" */
+  attnc_form form;          /* which form of the kernel to generate (both compute the same) */
 } attnc_options;
 
 typedef struct attnc_kernel attnc_kernel;
@@ -120,7 +126,7 @@ attnc_status attnc_bindings_set_threads(attnc_bindings *b, int threads, attnc_er
 int attnc_bindings_threads(const attnc_bindings *b);
 /* Bytes of scratch held for runs: the most any run has needed (0 before the first). */
 long attnc_bindings_scratch_bytes(const attnc_bindings *b);
-/* The vectorised primitives this CPU uses: "avx512" or "generic". */
+/* The vectorised primitives this CPU uses: "avx512", "avx2" or "generic". */
 const char *attnc_isa(void);
 /* Run: out->data must hold the shape attnc_output_shape gives.  Weights
  * are packed on the first run after they are bound: rebind a weight after

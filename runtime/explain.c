@@ -104,7 +104,7 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
   double H, G, C, Sq, Sk, nb = 1, rows_x = 1, rows_kv = 1, rows_out = 1;
   attnc_err_clear(err);
   if (!text) return attnc_err_set(err, ATTNC_EARG, "attnc_explain needs somewhere to put the text");
-  s = attnc_host_generate(spec, (opts && opts->spec_name) ? opts->spec_name : "spec", &g, err);
+  s = attnc_host_generate(spec, (opts && opts->spec_name) ? opts->spec_name : "spec", 0, &g, err);
   if (s != ATTNC_OK) return s;
   for (i = 0; i < n; i++) {
     int d, found = 0;

@@ -274,8 +274,9 @@ static void create_state(void)
   host_L = L;
 }
 
-/* Call attnc.FN(spec) protected; leaves the result on the stack. Caller holds host_lock. */
-static attnc_status run_protected(const char *fn, const char *spec, const char *spec_name, attnc_error *err)
+/* Call attnc.FN(spec, arg) protected; leaves the result on the stack. Caller holds host_lock. */
+static attnc_status run_protected(const char *fn, const char *spec, const char *arg, const char *spec_name,
+                                  attnc_error *err)
 {
   lua_State *L;
   if (!host_L) create_state();
@@ -288,7 +289,8 @@ static attnc_status run_protected(const char *fn, const char *spec, const char *
   lua_getfield(L, -1, fn);
   lua_remove(L, -2);
   lua_pushstring(L, spec);
-  if (lua_pcall(L, 1, 1, -3) != LUA_OK) {
+  lua_pushstring(L, arg);
+  if (lua_pcall(L, 2, 1, -4) != LUA_OK) {
     attnc_status s = lua_failure(L, spec_name, err);
     lua_pop(L, 1); /* handler */
     return s;
@@ -368,6 +370,7 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   g->name = dup_field(L, t, "name");
   g->source = dup_field(L, t, "source");
   g->header = dup_field(L, t, "header");
+  g->plain = (int)int_field(L, t, "plain");
   if (!g->canonical || !g->name || !g->source || !g->header) goto nomem;
   g->dtype = strcmp(str_field(L, t, "dtype"), "f64") == 0 ? ATTNC_F64 : ATTNC_F32;
   lua_getfield(L, t, "dims");
@@ -468,12 +471,12 @@ nomem:
   return attnc_err_set(err, ATTNC_ENOMEM, "out of memory reading the generator's result");
 }
 
-attnc_status attnc_host_generate(const char *spec, const char *spec_name, attnc_gen *g, attnc_error *err)
+attnc_status attnc_host_generate(const char *spec, const char *spec_name, int plain, attnc_gen *g, attnc_error *err)
 {
   attnc_status s;
   if (!spec) return attnc_err_set(err, ATTNC_EARG, "the spec is NULL");
   pthread_mutex_lock(&host_lock);
-  s = run_protected("generate", spec, spec_name, err);
+  s = run_protected("generate", spec, plain ? "plain" : "fast", spec_name, err);
   if (s == ATTNC_OK) {
     s = read_gen(host_L, g, err);
     lua_pop(host_L, 1);
@@ -488,7 +491,7 @@ attnc_status attnc_host_canonical(const char *spec, const char *spec_name, char 
   attnc_status s;
   if (!spec) return attnc_err_set(err, ATTNC_EARG, "the spec is NULL");
   pthread_mutex_lock(&host_lock);
-  s = run_protected("canonical", spec, spec_name, err);
+  s = run_protected("canonical", spec, "", spec_name, err);
   if (s == ATTNC_OK) {
     const char *c = lua_tostring(host_L, -1);
     *canonical = c ? strdup(c) : NULL;

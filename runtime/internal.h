@@ -27,6 +27,7 @@ typedef struct attnc_shape {
 /* What the generator returns for one spec. */
 typedef struct attnc_gen {
   char *canonical, *name, *source, *header;
+  int plain;               /* the plain form: NAME_run only, no phases */
   attnc_dtype dtype;
   int ndims;
   char **dim_names;
@@ -44,8 +45,8 @@ typedef struct attnc_gen {
   attnc_shape bias;
 } attnc_gen;
 
-/* host.c: run the embedded Lua generator. */
-attnc_status attnc_host_generate(const char *spec, const char *spec_name, attnc_gen *g, attnc_error *err);
+/* host.c: run the embedded Lua generator (plain: the plain form). */
+attnc_status attnc_host_generate(const char *spec, const char *spec_name, int plain, attnc_gen *g, attnc_error *err);
 attnc_status attnc_host_canonical(const char *spec, const char *spec_name, char **canonical, attnc_error *err);
 void attnc_gen_free(attnc_gen *g);
 
@@ -63,7 +64,7 @@ void attnc_jit_tcc_free(void *state);
 attnc_status attnc_jit_cc(const char *spec, const attnc_gen *g, void **handle, attnc_kernel_fns *fns, attnc_error *err);
 /* A warm load without the generator: 1 and g, handle, fns filled when the
  * cache's spec index knows this exact spec text; 0 otherwise. */
-int attnc_jit_cc_lookup(const char *spec, attnc_gen *g, void **handle, attnc_kernel_fns *fns);
+int attnc_jit_cc_lookup(const char *spec, int plain, attnc_gen *g, void **handle, attnc_kernel_fns *fns);
 void attnc_jit_cc_free(void *handle);
 
 /* kernel.c */

@@ -85,12 +85,13 @@ static void strip_comments(char *text)
   *w = '\0';
 }
 
-/* Look up the kernel's four entry points with get(handle, symbol). */
+/* Look up the kernel's four entry points (the plain form's one) with get(handle, symbol). */
 static int find_fns(const attnc_gen *g, void *(*get)(void *, const char *), void *h, attnc_kernel_fns *fns)
 {
   char sym[160];
   snprintf(sym, sizeof sym, "%s_run", g->name);
   *(void **)&fns->run = get(h, sym);
+  if (g->plain) return fns->run != NULL; /* the plain form has no phases */
   snprintf(sym, sizeof sym, "%s_scratch_bytes", g->name);
   *(void **)&fns->scratch_bytes = get(h, sym);
   snprintf(sym, sizeof sym, "%s_phase_items", g->name);
@@ -496,9 +497,9 @@ io:
 
 extern const char attnc_generator_id[];
 
-#define INDEX_MAGIC "ATTNCIX1"
+#define INDEX_MAGIC "ATTNCIX2"
 
-static int index_path(const char *spec, char *out, size_t n)
+static int index_path(const char *spec, int plain, char *out, size_t n)
 {
   char dir[4000];
   uint64_t key = 0xcbf29ce484222325ULL;
@@ -508,6 +509,7 @@ static int index_path(const char *spec, char *out, size_t n)
   key = fnv64(key, INDEX_MAGIC);
   key = fnv64(key, ATTNC_VERSION);
   key = fnv64(key, spec);
+  key = fnv64(key, plain ? "plain" : "fast");
   key = fnv64(key, attnc_generator_id);
   key = fnv64_bytes(key, (const unsigned char *)&(size_t){ sizeof(attnc_gen) }, sizeof(size_t));
   key = fnv64(key, compiler());
@@ -546,7 +548,7 @@ static void write_index(const char *spec, const char *object, const attnc_gen *g
   uint64_t sz = sizeof flat;
   FILE *f;
   int i, ok;
-  if (index_path(spec, path, sizeof path) != 0) return;
+  if (index_path(spec, g->plain, path, sizeof path) != 0) return;
   flat.canonical = flat.name = flat.source = flat.header = NULL;
   flat.dim_names = NULL;
   wput(&b, INDEX_MAGIC, 8);
@@ -587,7 +589,7 @@ static char *dup_str(const char *s)
   return d;
 }
 
-int attnc_jit_cc_lookup(const char *spec, attnc_gen *g, void **handle, attnc_kernel_fns *fns)
+int attnc_jit_cc_lookup(const char *spec, int plain, attnc_gen *g, void **handle, attnc_kernel_fns *fns)
 {
   char path[4200];
   unsigned char *buf;
@@ -598,7 +600,7 @@ int attnc_jit_cc_lookup(const char *spec, attnc_gen *g, void **handle, attnc_ker
   int i;
   void *h;
   memset(g, 0, sizeof *g);
-  if (index_path(spec, path, sizeof path) != 0 || !(buf = read_checked(path, &n))) return 0;
+  if (index_path(spec, plain, path, sizeof path) != 0 || !(buf = read_checked(path, &n))) return 0;
   p = buf;
   end = buf + n;
   if (n < 16 + sizeof *g || memcmp(p, INDEX_MAGIC, 8) != 0) goto miss;
@@ -612,7 +614,7 @@ int attnc_jit_cc_lookup(const char *spec, attnc_gen *g, void **handle, attnc_ker
   name = rstr(&p, end);
   source = rstr(&p, end);
   header = rstr(&p, end);
-  if (!header || strcmp(spec2, spec) != 0 || g->ndims < 0 || g->ndims > 64) goto miss;
+  if (!header || strcmp(spec2, spec) != 0 || g->plain != plain || g->ndims < 0 || g->ndims > 64) goto miss;
   g->canonical = dup_str(canon);
   g->name = dup_str(name);
   g->source = dup_str(source);

@@ -37,6 +37,8 @@ static const char *spec_name(const attnc_options *opts)
   return (opts && opts->spec_name) ? opts->spec_name : "spec";
 }
 
+static int plain_form(const attnc_options *opts) { return opts && opts->form == ATTNC_FORM_PLAIN; }
+
 static void kernel_free(attnc_kernel *k)
 {
   if (k->backend == ATTNC_BACKEND_CC) attnc_jit_cc_free(k->state);
@@ -67,13 +69,19 @@ static void dump_source(const attnc_gen *g)
   }
 }
 
-/* The kernel of this backend with g's canonical spec, with a new reference, or NULL. */
-static attnc_kernel *cached(attnc_backend be, const char *canonical)
+/* Is it the kernel of this backend, form and canonical spec? */
+static int same_kernel(const attnc_kernel *it, attnc_backend be, const attnc_gen *g)
+{
+  return it->backend == be && it->gen.plain == g->plain && strcmp(it->gen.canonical, g->canonical) == 0;
+}
+
+/* The kernel of this backend with g's form and canonical spec, with a new reference, or NULL. */
+static attnc_kernel *cached(attnc_backend be, const attnc_gen *g)
 {
   attnc_kernel *it;
   pthread_mutex_lock(&cache_lock);
   for (it = cache_head; it; it = it->next)
-    if (it->backend == be && strcmp(it->gen.canonical, canonical) == 0) {
+    if (same_kernel(it, be, g)) {
       it->refs++;
       break;
     }
@@ -99,11 +107,11 @@ attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_e
     return NULL;
   }
   /* cc: a spec this cache has built before loads without the generator */
-  if (!(be == ATTNC_BACKEND_CC && attnc_jit_cc_lookup(spec, &g, &state, &fns))) {
+  if (!(be == ATTNC_BACKEND_CC && attnc_jit_cc_lookup(spec, plain_form(opts), &g, &state, &fns))) {
     state = NULL;
-    if (attnc_host_generate(spec, spec_name(opts), &g, err) != ATTNC_OK) return NULL;
+    if (attnc_host_generate(spec, spec_name(opts), plain_form(opts), &g, err) != ATTNC_OK) return NULL;
   }
-  if ((it = cached(be, g.canonical))) {
+  if ((it = cached(be, &g))) {
     if (state) attnc_jit_cc_free(state);
     attnc_gen_free(&g);
     return it;
@@ -135,7 +143,7 @@ attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_e
   /* Another thread may have compiled the same spec meanwhile: keep one. */
   pthread_mutex_lock(&cache_lock);
   for (it = cache_head; it; it = it->next) {
-    if (it->backend == be && strcmp(it->gen.canonical, k->gen.canonical) == 0) {
+    if (same_kernel(it, be, &k->gen)) {
       it->refs++;
       pthread_mutex_unlock(&cache_lock);
       kernel_free(k);
@@ -197,7 +205,7 @@ attnc_status attnc_generate(const char *spec, const attnc_options *opts, char **
   attnc_gen g;
   attnc_status s;
   attnc_err_clear(err);
-  s = attnc_host_generate(spec, spec_name(opts), &g, err);
+  s = attnc_host_generate(spec, spec_name(opts), plain_form(opts), &g, err);
   if (s != ATTNC_OK) return s;
   if (source) { *source = g.source; g.source = NULL; }
   if (header) { *header = g.header; g.header = NULL; }
@@ -760,6 +768,8 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
     memcpy(args.mask_stride, b->mask_stride, sizeof args.mask_stride);
   }
   args.out = out->data;
+  if (b->k->gen.plain) /* the plain form: one call, on this thread, its own buffers */
+    return b->k->fns.run(&args) == 0 ? ATTNC_OK : attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the plain kernel");
   if (b->k->gen.dtype == ATTNC_F32 && !getenv("ATTNC_PLAIN")) {
     args.prims = attnc_prims_get();
     if (!b->k->gen.core && (s = pack_weights(b, &args, err)) != ATTNC_OK) return s;

@@ -1,0 +1,173 @@
+-- gen/plain.lua: what templates/plain.c.tmpl needs to write the plain
+-- form of one spec: the algorithm alone, one C function per step, with
+-- every size, stride and shape comment already worked out for this spec.
+
+local M = {}
+
+local ipairs, tostring, type = ipairs, tostring, type
+local concat, insert = table.concat, table.insert
+local sformat = string.format
+
+local plan = require("plan")
+local spec = require("spec")
+
+-- Names the plain form uses itself: a named dim that is one of them (or
+-- starts with dim_) is written dim_NAME, so it cannot clash.
+local TAKEN = {}
+for w in ([[
+  auto break case char const continue default do double else enum extern float for goto if inline int long
+  register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+  real H G C C_IN C_KV HEADS_PER_KV SCALE INFINITY NAN size_t malloc free exp expf
+  args n_batch Sq Sk x kv out q k v g o s q_h k_h v_h o_h b h i j d e n r
+  wq bq wk bk wv bv wg bg wo bo bias mask mask_b bias_bhi k_bh v_bh q_i o_i
+  linear linear_bias split_heads merge_heads mean_query scale scores add_bias apply_mask softmax
+  weighted_sum gate done ok
+]]):gmatch("%S+") do TAKEN[w] = true end
+
+local function cname(d)
+  if TAKEN[d] or d:sub(1, 4) == "dim_" then return "dim_" .. d end
+  return d
+end
+
+-- A plan expression ("dim_S * 4") with the dims under their C names here.
+local function ex(e)
+  return (tostring(e):gsub("dim_([%a_][%w_]*)", cname))
+end
+
+local function text(dims)
+  local t = {}
+  for i, d in ipairs(dims) do t[i] = tostring(d) end
+  return "(" .. concat(t, ", ") .. ")"
+end
+
+-- "(B, S, H*c) = (B, S, 64)": symbols, then this spec's numbers.
+local function shape(sym, nums)
+  local a, b = text(sym), text(nums)
+  return a == b and a or (a .. " = " .. b)
+end
+
+local function copy(list, n)
+  local t = {}
+  for i = 1, n or #list do t[i] = list[i] end
+  return t
+end
+
+local function with(list, ...)
+  local t = copy(list)
+  for _, e in ipairs({ ... }) do insert(t, e) end
+  return t
+end
+
+-- The C expression for batch axis a's index, from the flattened batch
+-- index b (row-major over the batch axes).
+local function batch_index(batch, a)
+  local after = {}
+  for n = a + 1, #batch do insert(after, batch[n].size) end
+  local e = "b"
+  if #after > 0 then e = "b / " .. (#after > 1 and "(" .. ex(plan.prod(after)) .. ")" or ex(plan.prod(after))) end
+  if a > 1 then e = "(" .. e .. ") % " .. ex(batch[a].size) end
+  return e
+end
+
+local function mul(a, b)
+  if tostring(b) == "1" then return tostring(a) end
+  return tostring(a) .. " * " .. tostring(b)
+end
+
+function M.env(p)
+  local s = p.spec
+  local e = {
+    name = p.name, canonical = p.canonical, version = p.version, real = p.real, exp = p.exp,
+    core = p.core, H = p.H, G = p.G, C = p.C, HPG = p.HPG, f64 = p.dtype == "f64",
+    scale = "(real)" .. p.scale, empty_rows = p.empty_rows,
+    global = p.global or false, gated = p.gated or false, self = p.self,
+    has_bias = p.has_bias, has_mask = p.has_mask, C_IN = p.C_IN, C_KV = p.C_KV,
+  }
+  e.dims = {}
+  for i, d in ipairs(p.dims) do e.dims[i] = { c = cname(d.name), index = d.index, name = d.name } end
+  local batch = spec.batch_dims(s)
+  e.n_batch = ex(p.n_batch)
+  e.Sq, e.Sk = ex(p.Sq), ex(p.Sk)
+  e.batch_text = #batch > 0 and text(batch) or "()"
+  -- the query rows of the logits: one averaged row for global attention
+  e.Sl = e.global and "1" or "Sq"
+
+  -- key visibility (step 6): the conditions that hide key j from query i
+  local hide, params = {}, {}
+  local p_off = s.causal == "bottom_right" and " + Sk - Sq" or ""
+  if s.causal ~= "none" then insert(hide, "j > i" .. p_off) end
+  if s.window then
+    insert(hide, sformat("j < i%s - %d", p_off, s.window[1]))
+    if s.causal == "none" then insert(hide, sformat("j > i%s + %d", p_off, s.window[2])) end
+  end
+  if p.has_mask then insert(hide, "!mask_b[j]") end
+  e.masked = #hide > 0
+  e.hide = concat(hide, " || ")
+  e.mask_uses_S = p_off ~= ""
+  -- a row may see no key (and needs empty_rows) unless only top-left causal hides keys
+  e.may_be_empty = e.masked and not (s.causal == "top_left" and not s.window and not p.has_mask)
+  local why = {}
+  if s.causal ~= "none" then insert(why, sformat("causal, %s: j <= i%s", s.causal, p_off)) end
+  if s.window then insert(why, sformat("window %d,%d: i%s - %d <= j <= i%s + %d", s.window[1], s.window[2], p_off, s.window[1], p_off, s.window[2])) end
+  if p.has_mask then insert(why, "key mask: mask_b[j] != 0") end
+  e.mask_why = concat(why, "; ")
+
+  -- batch offsets of the mask (strides from args->mask_stride) and the bias
+  local moff, boff = {}, {}
+  for a, ax in ipairs(p.batch) do
+    if ax.size ~= 1 then
+      local idx = #batch == 1 and "b" or batch_index(p.batch, a)
+      insert(moff, mul(idx, "args->mask_stride[" .. ax.mask_index .. "]"))
+      if ax.bias_stride then insert(boff, mul(idx, ex(ax.bias_stride))) end
+    end
+  end
+  e.mask_off = #moff > 0 and concat(moff, " + ") or "0"
+  if p.has_bias then
+    if p.bias_h then insert(boff, mul("h", ex(p.bias_h))) end
+    if p.bias_i and not e.global then insert(boff, mul("i", ex(p.bias_i))) end
+    e.bias_off = #boff > 0 and concat(boff, " + ") or "0"
+    e.bias_j = p.bias_j and "j" or "0"
+    e.bias_shape = text(s.bias)
+  end
+
+  -- GQA: the kv head of query head h
+  if e.global or p.G == 1 then e.kv_head = "0"
+  elseif p.G == p.H then e.kv_head = "h"
+  else e.kv_head = "h / HEADS_PER_KV" end
+
+  if p.core then
+    local lead = copy(s.q, s.rank - 3)
+    e.q_shape = shape(with(lead, "H", "Sq", "c"), s.q)
+    e.kv_shape = shape(with(copy(s.kv, s.rank - 3), "G", "Sk", "c"), s.kv)
+  else
+    -- rows of x (and kv, out): attention position i of batch element b
+    -- is row (b / inner * len + i) * inner + b % inner, inner = the
+    -- product of the batch axes after the attention axis
+    local inner = {}
+    for a = s.axis + 1, s.rank - 1 do insert(inner, s.x[a]) end
+    local ip = plan.prod(inner)
+    e.inner = tostring(ip) ~= "1" and ex(ip) or nil
+    e.row = e.inner and "(b / inner * len + i) * inner + b % inner" or "b * len + i"
+    e.inner_arg = e.inner and ", " .. e.inner or ""
+    e.inner_param = e.inner and ", long inner" or ""
+    local xr, kr = copy(s.x, s.rank - 1), copy(s.kv, s.rank - 1)
+    e.x_shape = shape(with(xr, "c_in"), s.x)
+    e.kv_shape = shape(with(kr, "c_kv"), s.kv)
+    e.q_shape = shape(with(xr, "H*c"), with(xr, p.H * p.C))
+    e.kv_proj_shape = shape(with(kr, "G*c"), with(kr, p.G * p.C))
+    local orows = copy(xr)
+    if e.global and not e.gated then orows[s.axis] = 1 end
+    e.o_shape = shape(with(orows, "H*c"), with(orows, p.H * p.C))
+    e.out_shape = shape(with(orows, "c_in"), with(orows, p.C_IN))
+    e.out_len = (e.global and not e.gated) and "1" or "Sq"
+    e.qkv_bias, e.out_bias = p.qkv_bias, p.out_bias
+    e.use_linear = not (p.qkv_bias and p.out_bias and true)
+    e.use_linear_bias = p.qkv_bias or p.out_bias or e.gated
+    e.global_masked = p.global_masked or false
+  end
+  e.qh_shape = shape({ e.batch_text ~= "()" and "batch" or "1", "H", e.global and "1" or "Sq", "c" },
+                     { e.n_batch, p.H, e.global and 1 or e.Sq, p.C })
+  return e
+end
+
+return M
