@@ -634,12 +634,10 @@ static int cmd_bench(struct cli *c)
     if (!out.data || !times) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
   }
   /* Warm-up: at least one run, then more until warmup_ms have passed.  In
-   * a new process the pool's threads are created by the first run, and
-   * on a 2-vCPU guest a worker sometimes shared its creator's CPU for
-   * 5-30 ms: core A (0.2 ms a run) read one thread's 0.4 ms for its
-   * first 12-62 runs, then 0.2, so 100 timed runs after one warm-up
-   * timed the start-up, not the kernel.  (The pool now starts workers on
-   * another CPU, which made that rare, not impossible.) */
+   * a new process the pool's threads are created by the first run, and a
+   * new worker can share its creator's CPU for some milliseconds before
+   * the scheduler moves it: timed runs right after one warm-up would time
+   * that start-up, not the kernel. */
   t0 = now_ms();
   do {
     if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }

@@ -192,14 +192,13 @@ static int host_panic(lua_State *L)
   return 0;
 }
 
-/* The generator's memory.  A page fault costs about 12 us on the virtual
- * machines attnc is measured on, and starting the generator and running
- * it once touches about 100 new pages: over a millisecond of a cold
- * compile.  So the Lua state takes its first allocations from a 1 MiB
- * arena whose pages are populated at once (one system call, 0.2-0.35 ms
- * measured), bump allocated; freed arena blocks are not reused (the last
- * one is), and
- * once the arena is used up everything goes to malloc.  The state lives
+/* The generator's memory.  Starting the generator and running it once
+ * touches about 100 new pages, and page faults on a virtual machine are
+ * slow enough to be a large part of a cold compile.  So the Lua state
+ * takes its first allocations from a 1 MiB arena whose pages are
+ * populated at once (one system call), bump allocated; freed arena blocks
+ * are not reused (the last one is), and once the arena is used up
+ * everything goes to malloc.  The state lives
  * as long as the process, so the arena is mapped once. */
 #define ARENA_SIZE ((size_t)1 << 20)
 #ifdef MADV_POPULATE_WRITE

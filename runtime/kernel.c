@@ -39,6 +39,13 @@ static const char *spec_name(const attnc_options *opts)
 
 static int plain_form(const attnc_options *opts) { return opts && opts->form == ATTNC_FORM_PLAIN; }
 
+/* ATTNC_OK, or an error for a form that is neither fast nor plain. */
+static attnc_status check_form(const attnc_options *opts, attnc_error *err)
+{
+  if (!opts || opts->form == ATTNC_FORM_FAST || opts->form == ATTNC_FORM_PLAIN) return ATTNC_OK;
+  return attnc_err_set(err, ATTNC_EARG, "unknown kernel form %d (use ATTNC_FORM_FAST or ATTNC_FORM_PLAIN)", (int)opts->form);
+}
+
 static void kernel_free(attnc_kernel *k)
 {
   if (k->backend == ATTNC_BACKEND_CC) attnc_jit_cc_free(k->state);
@@ -106,6 +113,7 @@ attnc_kernel *attnc_compile(const char *spec, const attnc_options *opts, attnc_e
     attnc_err_set(err, ATTNC_EARG, "the spec is NULL");
     return NULL;
   }
+  if (check_form(opts, err) != ATTNC_OK) return NULL;
   /* cc: a spec this cache has built before loads without the generator */
   if (!(be == ATTNC_BACKEND_CC && attnc_jit_cc_lookup(spec, plain_form(opts), &g, &state, &fns))) {
     state = NULL;
@@ -205,6 +213,7 @@ attnc_status attnc_generate(const char *spec, const attnc_options *opts, char **
   attnc_gen g;
   attnc_status s;
   attnc_err_clear(err);
+  if ((s = check_form(opts, err)) != ATTNC_OK) return s;
   s = attnc_host_generate(spec, spec_name(opts), plain_form(opts), &g, err);
   if (s != ATTNC_OK) return s;
   if (source) { *source = g.source; g.source = NULL; }
@@ -723,8 +732,7 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
       long n = attnc_prims_pack_size((long)t->shape[0], (long)t->shape[1]);
       void *p = NULL;
       /* 64-byte aligned, so that no vector load of a panel spans two cache
-       * lines: from malloc (16 bytes past a page for a large block), full
-       * A's projections took 1.07 of the time (a Xeon, one thread) */
+       * lines (malloc gives 16 bytes past a page for a large block) */
       if (posix_memalign(&p, 64, sizeof(float) * (size_t)n) != 0)
         return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
       free(b->packed[slot]);
@@ -770,7 +778,7 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
   args.out = out->data;
   if (b->k->gen.plain) /* the plain form: one call, on this thread, its own buffers */
     return b->k->fns.run(&args) == 0 ? ATTNC_OK : attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the plain kernel");
-  if (b->k->gen.dtype == ATTNC_F32 && !getenv("ATTNC_PLAIN")) {
+  if (b->k->gen.dtype == ATTNC_F32 && !getenv("ATTNC_NO_PRIMS")) {
     args.prims = attnc_prims_get();
     if (!b->k->gen.core && (s = pack_weights(b, &args, err)) != ATTNC_OK) return s;
   }

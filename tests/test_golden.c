@@ -1,6 +1,7 @@
 /* Golden cases from PyTorch (tools/make_golden.py): every case in
  * tests/golden/cases.txt is compiled, bound from its safetensors file by
- * name (with its prefix), run on both backends and compared with the
+ * name (with its prefix), run on both backends in both kernel forms
+ * (fast and plain) and compared with the
  * float64 `out` the script computed: 1e-5 absolute + 1e-4 relative for
  * f32, 1e-12 + 1e-10 for f64, NaN where PyTorch has NaN. */
 #include <setjmp.h>
@@ -11,10 +12,10 @@
 
 #include "testutil.h"
 
-static int run_case(const char *name, const char *prefix, const char *spec, attnc_backend be)
+static int run_case(const char *name, const char *prefix, const char *spec, attnc_backend be, attnc_form form)
 {
   char path[1024];
-  attnc_options o = { be, 0, name };
+  attnc_options o = { be, 0, name, form };
   attnc_error e;
   attnc_safetensors *f;
   attnc_kernel *k;
@@ -52,8 +53,8 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
   rtol = out.dtype == ATTNC_F32 ? 1e-4 : 1e-10;
   worst = tu_compare(got, exp_, n, atol, rtol, &where);
   if (worst > 1) {
-    fprintf(stderr, "MISMATCH %s (%s backend): element %zu got %.9g want %.9g\n  spec: %s\n", name,
-            be == ATTNC_BACKEND_CC ? "cc" : "tcc", where, got[where], exp_[where], spec);
+    fprintf(stderr, "MISMATCH %s (%s backend, %s form): element %zu got %.9g want %.9g\n  spec: %s\n", name,
+            be == ATTNC_BACKEND_CC ? "cc" : "tcc", form == ATTNC_FORM_PLAIN ? "plain" : "fast", where, got[where], exp_[where], spec);
     fails = 1;
   }
   free(got);
@@ -65,7 +66,7 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
   return fails;
 }
 
-static void run_all(attnc_backend be)
+static void run_all(attnc_backend be, attnc_form form)
 {
   char path[1024], line[2048];
   FILE *f;
@@ -76,23 +77,28 @@ static void run_all(attnc_backend be)
   while (fgets(line, sizeof line, f)) {
     char *name = strtok(line, "\t"), *prefix = strtok(NULL, "\t"), *spec = strtok(NULL, "\n");
     if (!name || !prefix || !spec || name[0] == '#') continue;
-    fails += run_case(name, prefix, spec, be);
+    fails += run_case(name, prefix, spec, be, form);
     cases++;
   }
   fclose(f);
-  printf("golden: %d cases on the %s backend, %d mismatches\n", cases, be == ATTNC_BACKEND_CC ? "cc" : "tcc", fails);
+  printf("golden: %d cases on the %s backend, %s form, %d mismatches\n", cases, be == ATTNC_BACKEND_CC ? "cc" : "tcc",
+         form == ATTNC_FORM_PLAIN ? "plain" : "fast", fails);
   assert_true(cases >= 20);
   assert_int_equal(fails, 0);
 }
 
-static void test_golden_tcc(void **state) { (void)state; run_all(ATTNC_BACKEND_TCC); }
-static void test_golden_cc(void **state) { (void)state; run_all(ATTNC_BACKEND_CC); }
+static void test_golden_tcc(void **state) { (void)state; run_all(ATTNC_BACKEND_TCC, ATTNC_FORM_FAST); }
+static void test_golden_cc(void **state) { (void)state; run_all(ATTNC_BACKEND_CC, ATTNC_FORM_FAST); }
+static void test_golden_plain_tcc(void **state) { (void)state; run_all(ATTNC_BACKEND_TCC, ATTNC_FORM_PLAIN); }
+static void test_golden_plain_cc(void **state) { (void)state; run_all(ATTNC_BACKEND_CC, ATTNC_FORM_PLAIN); }
 
 int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_golden_tcc),
     cmocka_unit_test(test_golden_cc),
+    cmocka_unit_test(test_golden_plain_tcc),
+    cmocka_unit_test(test_golden_plain_cc),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,9 @@ struct sweep {
   int cases, fails;
 };
 
+/* The kernel form the sweeps check: the fast one, or the plain one. */
+static attnc_form form = ATTNC_FORM_FAST;
+
 static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S, int mask_rank, double keep,
                 unsigned long seed)
 {
@@ -31,6 +34,7 @@ static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S,
   all_values[2] = 2;
   memset(&o, 0, sizeof o);
   o.backend = be;
+  o.form = form;
   o.dim_names = names;
   o.dim_values = values;
   o.default_dim = S;
@@ -65,8 +69,8 @@ static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S,
   sw->cases++;
   if (!checker_run(spec, &o, &r)) {
     sw->fails++;
-    fprintf(stderr, "FAIL [%s] %s\n  S=%lld T=%lld B=2 mask_rank=%d keep=%.2f seed=%lu misalign=%d threads=%d: ",
-            be == ATTNC_BACKEND_CC ? "cc" : "tcc", spec, (long long)all_values[0], (long long)all_values[1], mask_rank, keep, seed,
+    fprintf(stderr, "FAIL [%s%s] %s\n  S=%lld T=%lld B=2 mask_rank=%d keep=%.2f seed=%lu misalign=%d threads=%d: ",
+            be == ATTNC_BACKEND_CC ? "cc" : "tcc", form == ATTNC_FORM_PLAIN ? ", plain form" : "", spec, (long long)all_values[0], (long long)all_values[1], mask_rank, keep, seed,
             o.misalign, o.threads);
     if (r.status != ATTNC_OK) fprintf(stderr, "%s %s\n", r.err.where, r.err.message);
     else fprintf(stderr, "max abs error %.3g, max |ref| %.3g\n", r.max_abs, r.max_ref);
@@ -75,7 +79,8 @@ static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S,
 
 static void report(const char *what, attnc_backend be, const struct sweep *sw)
 {
-  printf("%s [%s]: %d cases, %d failures\n", what, be == ATTNC_BACKEND_CC ? "cc" : "tcc", sw->cases, sw->fails);
+  printf("%s [%s%s]: %d cases, %d failures\n", what, be == ATTNC_BACKEND_CC ? "cc" : "tcc",
+         form == ATTNC_FORM_PLAIN ? ", plain form" : "", sw->cases, sw->fails);
 }
 
 /* Heads, kv heads and head_dim (including head_dim != c_in / H). */
@@ -293,6 +298,7 @@ static void sweep_large_logits(attnc_backend be)
   checker_result r;
   memset(&o, 0, sizeof o);
   o.backend = be;
+  o.form = form;
   o.default_dim = 33;
   o.scale_inputs = 60; /* q.k grows with the square: logits of several hundred */
   checker_run("mha mode=core q=B,2,S,8 scale=1.0 dtype=f64", &o, &r);
@@ -305,15 +311,15 @@ static void sweep_large_logits(attnc_backend be)
   assert_int_equal(sw.fails, 0);
 }
 
-/* The plain C path (no primitives) must agree too: it is what AOT builds run. */
-static void test_kernels_plain_tcc(void **s)
+/* The fast form's C loops (no primitives) must agree too: AOT builds run them. */
+static void test_kernels_no_prims_tcc(void **s)
 {
   (void)s;
-  setenv("ATTNC_PLAIN", "1", 1);
+  setenv("ATTNC_NO_PRIMS", "1", 1);
   sweep_heads(ATTNC_BACKEND_TCC);
   sweep_masks(ATTNC_BACKEND_TCC);
   sweep_features(ATTNC_BACKEND_TCC);
-  unsetenv("ATTNC_PLAIN");
+  unsetenv("ATTNC_NO_PRIMS");
 }
 
 /* Work items never share outputs, so any thread count gives the same bits. */
@@ -382,6 +388,22 @@ static void test_kernels_head_major_cc(void **s) { (void)s; sweep_head_major(ATT
 static void test_kernels_large_logits_tcc(void **s) { (void)s; sweep_large_logits(ATTNC_BACKEND_TCC); }
 static void test_kernels_large_logits_cc(void **s) { (void)s; sweep_large_logits(ATTNC_BACKEND_CC); }
 
+/* The plain form, through the same checker and every sweep. */
+static void sweep_plain_form(attnc_backend be)
+{
+  form = ATTNC_FORM_PLAIN;
+  sweep_heads(be);
+  sweep_axes(be);
+  sweep_masks(be);
+  sweep_features(be);
+  sweep_shared_bias(be);
+  sweep_head_major(be);
+  sweep_large_logits(be);
+  form = ATTNC_FORM_FAST;
+}
+static void test_kernels_plain_form_tcc(void **s) { (void)s; sweep_plain_form(ATTNC_BACKEND_TCC); }
+static void test_kernels_plain_form_cc(void **s) { (void)s; sweep_plain_form(ATTNC_BACKEND_CC); }
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -392,7 +414,8 @@ int main(void)
     cmocka_unit_test(test_kernels_shared_bias_tcc), cmocka_unit_test(test_kernels_shared_bias_cc),
     cmocka_unit_test(test_kernels_head_major_tcc), cmocka_unit_test(test_kernels_head_major_cc),
     cmocka_unit_test(test_kernels_large_logits_tcc), cmocka_unit_test(test_kernels_large_logits_cc),
-    cmocka_unit_test(test_kernels_plain_tcc),    cmocka_unit_test(test_kernels_threads_identical),
+    cmocka_unit_test(test_kernels_no_prims_tcc), cmocka_unit_test(test_kernels_threads_identical),
+    cmocka_unit_test(test_kernels_plain_form_tcc), cmocka_unit_test(test_kernels_plain_form_cc),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,7 +59,7 @@ static void test_runtime_cache_shares_equal_specs(void **state)
 
 static void test_runtime_backends_differ(void **state)
 {
-  attnc_options tcc = { ATTNC_BACKEND_TCC, 0, NULL }, cc = { ATTNC_BACKEND_CC, 0, NULL };
+  attnc_options tcc = { ATTNC_BACKEND_TCC, 0, NULL, ATTNC_FORM_FAST }, cc = { ATTNC_BACKEND_CC, 0, NULL, ATTNC_FORM_FAST };
   attnc_error e;
   attnc_kernel *a = attnc_compile(SPEC, &tcc, &e), *b = attnc_compile(SPEC, &cc, &e);
   (void)state;
@@ -313,7 +313,7 @@ static void test_runtime_threads_compile(void **state)
 static void test_runtime_spec_error_position(void **state)
 {
   attnc_error e;
-  attnc_options o = { ATTNC_BACKEND_DEFAULT, 0, "specs/x.attn" };
+  attnc_options o = { ATTNC_BACKEND_DEFAULT, 0, "specs/x.attn", ATTNC_FORM_FAST };
   (void)state;
   assert_null(attnc_compile("mha\n  x=2,5,128\n  haeds=4", &o, &e));
   assert_int_equal(e.code, ATTNC_ESPEC);

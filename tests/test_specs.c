@@ -111,7 +111,7 @@ static const char *backend_name(attnc_backend be)
 static int spec_name_of(const spec_file *s, char *name, size_t n, attnc_error *e)
 {
   char canon[8192];
-  attnc_options o = { ATTNC_BACKEND_TCC, 0, s->path };
+  attnc_options o = { ATTNC_BACKEND_TCC, 0, s->path, ATTNC_FORM_FAST };
   const char *p;
   size_t len;
   if (attnc_spec_canonical(s->text, &o, canon, sizeof canon, e) != ATTNC_OK) return 0;
@@ -165,13 +165,14 @@ static void test_specs_files(void **state)
 /* ---- numerics against the float64 reference ---- */
 
 /* One checker run; prints a line and returns 1 on failure. */
-static int check_one(const spec_file *s, attnc_backend be, const char *what, const char *const *names,
+static int check_one(const spec_file *s, attnc_backend be, attnc_form form, const char *what, const char *const *names,
                      const int64_t *values, int nd, int64_t default_dim, unsigned long seed, double *max_abs)
 {
   checker_opts o;
   checker_result r;
   memset(&o, 0, sizeof o);
   o.backend = be;
+  o.form = form;
   o.spec_name = s->path;
   o.dim_names = names;
   o.dim_values = values;
@@ -194,13 +195,14 @@ static int check_one(const spec_file *s, attnc_backend be, const char *what, con
   return 1;
 }
 
-static void check_all(attnc_backend be)
+static void check_all(attnc_backend be, attnc_form form)
 {
+  const char *fname = form == ATTNC_FORM_PLAIN ? "plain" : "fast";
   int n = load_specs(), i, fails = 0, runs = 0;
   assert_true(n >= MIN_SPECS);
   for (i = 0; i < n; i++) {
     const spec_file *s = &g_specs[i];
-    attnc_options ko = { be, 0, s->path };
+    attnc_options ko = { be, 0, s->path, form };
     attnc_error e;
     attnc_kernel *k;
     const char *names[16];
@@ -227,23 +229,25 @@ static void check_all(attnc_backend be)
       snprintf(what + wl, sizeof what - wl, "%s%s=%d", d ? "," : " ", names[d], 2 + d);
     }
 
-    f += check_one(s, be, "all dims 5", NULL, NULL, 0, 5, 1, &max_abs);
-    f += check_one(s, be, "all dims 1", NULL, NULL, 0, 1, 2, &max_abs);
-    if (nd > 0) f += check_one(s, be, what, names, values, nd, 0, 3, &max_abs);
+    f += check_one(s, be, form, "all dims 5", NULL, NULL, 0, 5, 1, &max_abs);
+    f += check_one(s, be, form, "all dims 1", NULL, NULL, 0, 1, 2, &max_abs);
+    if (nd > 0) f += check_one(s, be, form, what, names, values, nd, 0, 3, &max_abs);
     runs += nd > 0 ? 3 : 2;
-    printf("%-4s %-28s %d named dim%s  max abs error %.3g  %s\n", backend_name(be), s->file, nd, nd == 1 ? " " : "s",
+    printf("%-4s %-5s %-28s %d named dim%s  max abs error %.3g  %s\n", backend_name(be), fname, s->file, nd, nd == 1 ? " " : "s",
            max_abs, f ? "FAILED" : "OK");
     fflush(stdout);
     attnc_release(k);
     fails += f;
   }
-  printf("specs on %s: %d files, %d checks, %d failed\n", backend_name(be), n, runs, fails);
+  printf("specs on %s, %s form: %d files, %d checks, %d failed\n", backend_name(be), fname, n, runs, fails);
   fflush(stdout);
   assert_int_equal(fails, 0);
 }
 
-static void test_specs_tcc(void **state) { (void)state; check_all(ATTNC_BACKEND_TCC); }
-static void test_specs_cc(void **state) { (void)state; check_all(ATTNC_BACKEND_CC); }
+static void test_specs_tcc(void **state) { (void)state; check_all(ATTNC_BACKEND_TCC, ATTNC_FORM_FAST); }
+static void test_specs_cc(void **state) { (void)state; check_all(ATTNC_BACKEND_CC, ATTNC_FORM_FAST); }
+static void test_specs_plain_tcc(void **state) { (void)state; check_all(ATTNC_BACKEND_TCC, ATTNC_FORM_PLAIN); }
+static void test_specs_plain_cc(void **state) { (void)state; check_all(ATTNC_BACKEND_CC, ATTNC_FORM_PLAIN); }
 
 /* ---- AOT: generated .c/.h through a strict C99 compiler ---- */
 
@@ -293,9 +297,11 @@ static void aot_all(const char *cc)
   assert_null(strchr(tmpl, '\''));
   snprintf(log, sizeof log, "%s/cc.log", tmpl);
 
-  for (i = 0; i < n; i++) {
-    const spec_file *s = &g_specs[i];
-    attnc_options o = { ATTNC_BACKEND_TCC, 0, s->path };
+  for (i = 0; i < 2 * n; i++) { /* each spec in the fast form, then in the plain one */
+    const spec_file *s = &g_specs[i % n];
+    const attnc_form form = i < n ? ATTNC_FORM_FAST : ATTNC_FORM_PLAIN;
+    const char *fname = form == ATTNC_FORM_PLAIN ? "plain" : "fast";
+    attnc_options o = { ATTNC_BACKEND_TCC, 0, s->path, form };
     attnc_error e;
     char *src = NULL, *hdr = NULL;
     int f = 0, opt;
@@ -332,8 +338,8 @@ static void aot_all(const char *cc)
                "%s -std=c99 -Wall -Wextra -Werror -pedantic%s -c use_%s.c -o use_%s.o",
                tmpl, cc, opt ? " -O2" : "", name, name, cc, opt ? " -O2" : "", name, name);
       if (run_cmd(cmd, log) != 0) {
-        fprintf(stderr, "FAIL %s [aot %s%s]: the generated %s.c / %s.h do not compile cleanly:\n  %s\n", s->path, cc,
-                opt ? " -O2" : "", name, name, cmd);
+        fprintf(stderr, "FAIL %s [aot %s%s, %s form]: the generated %s.c / %s.h do not compile cleanly:\n  %s\n", s->path,
+                cc, opt ? " -O2" : "", fname, name, name, cmd);
         print_file(log);
         f = 1;
       }
@@ -342,7 +348,7 @@ static void aot_all(const char *cc)
       fails++;
       continue;
     }
-    printf("aot %-5s %-28s -> %s.c, %s.h: compiled cleanly (-O0, -O2)\n", cc, s->file, name, name);
+    printf("aot %-5s %-5s %-28s -> %s.c, %s.h: compiled cleanly (-O0, -O2)\n", cc, fname, s->file, name, name);
   }
   fflush(stdout);
   /* leave the folder for a look when something failed */
@@ -352,7 +358,7 @@ static void aot_all(const char *cc)
   } else {
     fprintf(stderr, "test_specs: generated files kept in %s\n", tmpl);
   }
-  printf("aot with %s: %d files, %d failed\n", cc, n, fails);
+  printf("aot with %s: %d files in two forms, %d failed\n", cc, n, fails);
   fflush(stdout);
   assert_int_equal(fails, 0);
 }
@@ -366,6 +372,8 @@ int main(void)
     cmocka_unit_test(test_specs_files),
     cmocka_unit_test(test_specs_tcc),
     cmocka_unit_test(test_specs_cc),
+    cmocka_unit_test(test_specs_plain_tcc),
+    cmocka_unit_test(test_specs_plain_cc),
     cmocka_unit_test(test_specs_aot_gcc),
     cmocka_unit_test(test_specs_aot_clang),
   };

@@ -168,7 +168,7 @@ struct compile_job {
 static void *compile_job(void *arg)
 {
   struct compile_job *j = arg;
-  attnc_options o = { j->spec >= 4 ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC, 0, NULL };
+  attnc_options o = { j->spec >= 4 ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC, 0, NULL, ATTNC_FORM_FAST };
   pthread_barrier_wait(j->start);
   j->k = attnc_compile(SPECS[j->spec], &o, &j->e);
   return NULL;
@@ -206,7 +206,7 @@ static void test_stress_compile_32_threads(void **state)
   }
   /* every kernel runs, and the same spec on the other backend agrees */
   for (s = 0; s < NSPECS; s++) {
-    attnc_options other = { s >= 4 ? ATTNC_BACKEND_TCC : ATTNC_BACKEND_CC, 0, NULL };
+    attnc_options other = { s >= 4 ? ATTNC_BACKEND_TCC : ATTNC_BACKEND_CC, 0, NULL, ATTNC_FORM_FAST };
     attnc_error e;
     attnc_kernel *k2 = s >= 4 ? attnc_compile(SPECS[s], &other, &e) : NULL;
     work a, b;
@@ -256,7 +256,7 @@ static size_t heap_in_use(void)
 
 static void one_cycle(const char *spec, attnc_backend be, long i)
 {
-  attnc_options o = { be, 0, NULL };
+  attnc_options o = { be, 0, NULL, ATTNC_FORM_FAST };
   attnc_error e;
   attnc_kernel *k = attnc_compile(spec, &o, &e);
   work w;
@@ -324,7 +324,7 @@ static void *runner(void *arg)
 static void shared_kernel(const char *spec, attnc_backend be)
 {
   static const int64_t S[NRUNNERS] = { 1, 7, 33, 64, 100, 129, 257, 300 };
-  attnc_options o = { be, 0, NULL };
+  attnc_options o = { be, 0, NULL, ATTNC_FORM_FAST };
   attnc_error e;
   attnc_kernel *k = attnc_compile(spec, &o, &e);
   work w[NRUNNERS];
@@ -428,7 +428,7 @@ static void test_stress_pool_worker_affinity(void **state)
  * must give the bits of the one-thread run. */
 static void test_stress_thread_count_changes(void **state)
 {
-  attnc_options o = { ATTNC_BACKEND_TCC, 1, NULL };
+  attnc_options o = { ATTNC_BACKEND_TCC, 1, NULL, ATTNC_FORM_FAST };
   attnc_error e;
   attnc_kernel *k;
   work w;
@@ -699,7 +699,7 @@ static void test_stress_spec_index(void **state)
   char cache[700], cache_b[700], *idx, *idx_b;
   const char *old = getenv("ATTNC_CACHE_DIR");
   char *saved = old ? strdup(old) : NULL;
-  attnc_options o = { ATTNC_BACKEND_CC, 1, NULL };
+  attnc_options o = { ATTNC_BACKEND_CC, 1, NULL, ATTNC_FORM_FAST };
   attnc_error e;
   attnc_kernel *k;
   attnc_gen g;

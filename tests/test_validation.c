@@ -112,7 +112,7 @@ static size_t tensor_count(const attnc_tensor *t)
 static void prob_init(prob *p, const char *spec, attnc_backend be, const char *const *names, const int64_t *values,
                       int ndims, unsigned long seed)
 {
-  attnc_options o = { be, 0, NULL };
+  attnc_options o = { be, 0, NULL, ATTNC_FORM_FAST };
   attnc_error e;
   uint64_t rng = (seed + 1) * 0x9E3779B97F4A7C15ULL;
   int slot, i, d;
@@ -1148,7 +1148,7 @@ static int poison_x(const char *spec, attnc_backend be, const char *env, double 
 }
 
 /* Every configuration: the CPU's primitives (AVX-512 here when the CPU has
- * it), the plain C loops (ATTNC_PLAIN), f64, both backends.  Returns the
+ * it), the plain C loops (ATTNC_NO_PRIMS), f64, both backends.  Returns the
  * number of wrong configurations. */
 static int poison_all(double value)
 {
@@ -1156,14 +1156,14 @@ static int poison_all(double value)
   int bad = 0;
   bad += poison_x("mha x=B,S,16 heads=2 causal", ATTNC_BACKEND_TCC, NULL, value, 3);
   bad += poison_x("mha x=B,S,16 heads=2 causal", ATTNC_BACKEND_TCC, NULL, neg, 66);
-  bad += poison_x("mha x=B,S,16 heads=2 causal", ATTNC_BACKEND_TCC, "ATTNC_PLAIN=1", value, 3);
+  bad += poison_x("mha x=B,S,16 heads=2 causal", ATTNC_BACKEND_TCC, "ATTNC_NO_PRIMS=1", value, 3);
   bad += poison_x("mha x=B,S,16 heads=2 causal dtype=f64", ATTNC_BACKEND_TCC, NULL, neg, 5);
   bad += poison_x("gqa x=B,S,32 heads=4 kv_heads=2 causal", ATTNC_BACKEND_CC, NULL, value, 40);
   bad += poison_x("mha x=B,S,16 heads=2", ATTNC_BACKEND_TCC, NULL, value, 9);
-  bad += poison_x("mha x=B,S,16 heads=2 gated", ATTNC_BACKEND_TCC, "ATTNC_PLAIN=1", neg, 0);
+  bad += poison_x("mha x=B,S,16 heads=2 gated", ATTNC_BACKEND_TCC, "ATTNC_NO_PRIMS=1", neg, 0);
   /* keys hidden by the mask (every fifth, from 3) or outside a window */
   bad += poison_x("mha x=B,S,16 heads=2 mask=key", ATTNC_BACKEND_TCC, NULL, value, 8);
-  bad += poison_x("mha x=B,S,16 heads=2 mask=key", ATTNC_BACKEND_TCC, "ATTNC_PLAIN=1", value, 8);
+  bad += poison_x("mha x=B,S,16 heads=2 mask=key", ATTNC_BACKEND_TCC, "ATTNC_NO_PRIMS=1", value, 8);
   bad += poison_x("mha x=B,S,16 heads=2 window=2,1", ATTNC_BACKEND_TCC, NULL, neg, 20);
   bad += poison_x("mha x=B,S,16 heads=2 window=2,1 dtype=f64", ATTNC_BACKEND_TCC, NULL, value, 20);
   return bad;
@@ -1265,7 +1265,7 @@ static int bias_case(const char *spec, const char *env)
   free(want);
   free(got);
   prob_free(&p);
-  if (env) unsetenv("ATTNC_PLAIN");
+  if (env) unsetenv("ATTNC_NO_PRIMS");
   return bad;
 }
 
@@ -1274,7 +1274,7 @@ static void test_validation_inf_bias_hides_keys(void **state)
   int bad = 0;
   (void)state;
   bad += bias_case("mha x=B,S,16 heads=2 bias=B,2,S,S dtype=f64", NULL);
-  bad += bias_case("mha x=B,S,16 heads=2 bias=B,2,S,S", "ATTNC_PLAIN=1");
+  bad += bias_case("mha x=B,S,16 heads=2 bias=B,2,S,S", "ATTNC_NO_PRIMS=1");
   bad += bias_case("mha x=B,S,16 heads=2 bias=B,2,S,S", NULL);
   if (bad) fail_msg("%d configurations mishandle -inf or NaN logit biases (listed above)", bad);
 }
