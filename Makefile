@@ -251,8 +251,8 @@ demo: all
 	@echo "== attnc check @$(DEMO_SPEC) --dim B=2 --dim S=33   (JIT with libtcc, compared with the float64 reference)"
 	@$(B)/attnc check @$(DEMO_SPEC) --dim B=2 --dim S=33
 	@echo
-	@echo "== attnc show @$(DEMO_SPEC)   (the attention of one tile, from the generated C)"
-	@$(B)/attnc show @$(DEMO_SPEC) | sed -n '/^static void attend_tile/,/^}/p'
+	@echo "== attnc show --plain @$(DEMO_SPEC)   (the kernel's steps, from its plain form; attnc show prints the fast form)"
+	@$(B)/attnc show --plain @$(DEMO_SPEC) | sed -n '/^int .*_run(/,/^}/p'
 
 # ---- AOT: every spec file -> C -> one static library ----
 # One object per spec, so `make aot` regenerates and recompiles only the

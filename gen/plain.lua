@@ -103,6 +103,7 @@ function M.env(p)
   if p.has_mask then insert(hide, "!mask_b[j]") end
   e.masked = #hide > 0
   e.hide = concat(hide, " || ")
+  e.mask_uses_i = s.causal ~= "none" or s.window and true or false
   e.mask_uses_S = p_off ~= ""
   -- a row may see no key (and needs empty_rows) unless only top-left causal hides keys
   e.may_be_empty = e.masked and not (s.causal == "top_left" and not s.window and not p.has_mask)
@@ -130,10 +131,11 @@ function M.env(p)
     e.bias_shape = text(s.bias)
   end
 
-  -- GQA: the kv head of query head h
-  if e.global or p.G == 1 then e.kv_head = "0"
-  elseif p.G == p.H then e.kv_head = "h"
-  else e.kv_head = "h / HEADS_PER_KV" end
+  -- the (batch element, kv head) block that query head h reads
+  e.gqa = not e.global and p.G > 1 and p.G < p.H
+  if e.global or p.G == 1 then e.kv_block = "b"
+  elseif p.G == p.H then e.kv_block = "(b * G + h)"
+  else e.kv_block = "(b * G + h / HEADS_PER_KV)" end
 
   if p.core then
     local lead = copy(s.q, s.rank - 3)

@@ -647,6 +647,55 @@ static void test_cli_show(void **state)
   free(canon);
 }
 
+static size_t count_lines(const char *text)
+{
+  size_t n = 0;
+  for (; *text; text++) n += *text == '\n';
+  return n;
+}
+
+/* show --plain: the algorithm of exactly this spec, in the worksheet's
+ * order, in one screenful or two, with none of the fast form's schedule;
+ * and the fast form's banner says how to get it. */
+static void test_cli_show_plain(void **state)
+{
+  static const char *const steps[] = { "1. Project", "2. Split heads", "3. Scale", "4. Scores", "5. Bias", "6. Mask",
+                                       "7. Softmax", "8. Weighted sum", "9. Merge heads", "10. Gate", "11. Output projection" };
+  static const char *const schedule[] = { "tile", "thread", "prims", "phase", "scratch", "attend", "QT", "pragma", "online" };
+  static const char *const absent[] = { "apply_mask", "mask_b", "add_bias", "INFINITY", "gate(", "Gate", "HEADS_PER_KV", "inner" };
+  char cwd[PATH_MAX], path[PATH_MAX + 32];
+  cli_result r;
+  const char *at;
+  size_t i;
+  (void)state;
+  CLI(r, "show", "--plain", "mha x=B,S,64 heads=4");
+  EXPECT_EXIT0(r, "show --plain mha");
+  if (count_lines(r.out) > 150) { dump("show --plain mha", &r); fail_msg("%zu lines, more than 150", count_lines(r.out)); }
+  EXPECT_HAS(r, r.out, "/* q: (B, S, H*c) = (B, S, 64) */", "a shape comment with this spec's numbers");
+  for (i = 0; i < sizeof schedule / sizeof schedule[0]; i++) EXPECT_LACKS(r, r.out, schedule[i], "no schedule in the plain form");
+  for (i = 0; i < sizeof absent / sizeof absent[0]; i++) EXPECT_LACKS(r, r.out, absent[i], "nothing the spec does not ask for");
+  cli_free(&r);
+
+  if (!getcwd(cwd, sizeof cwd)) fail_msg("getcwd failed");
+  snprintf(path, sizeof path, "@%s/specs/af_msa_row.attn", cwd); /* the tests run from the source tree */
+  CLI(r, "show", "--plain", path);
+  EXPECT_EXIT0(r, "show --plain af_msa_row");
+  if (count_lines(r.out) > 220) { dump("show --plain af_msa_row", &r); fail_msg("%zu lines, more than 220", count_lines(r.out)); }
+  for (i = 0, at = r.out; i < sizeof steps / sizeof steps[0]; i++) {
+    const char *p = strstr(at, steps[i]);
+    if (!p) { dump("show --plain af_msa_row", &r); fail_msg("step \"%s\" missing or out of the worksheet's order", steps[i]); }
+    at = p;
+  }
+  for (i = 0; i < sizeof schedule / sizeof schedule[0]; i++) EXPECT_LACKS(r, r.out, schedule[i], "no schedule in the plain form");
+  cli_free(&r);
+
+  CLI(r, "show", "mha x=B,S,64 heads=4");
+  EXPECT_EXIT0(r, "show");
+  EXPECT_HAS(r, r.out, "attnc show --plain SPEC", "the fast form's banner names the plain form");
+  EXPECT_HAS(r, r.out, "attnc_tile", "show prints the fast form");
+  cli_free(&r);
+}
+
 /* The library embeds its Lua as bytecode (tools/embed.c); ATTNC_SRC_DIR
  * makes it load the text from the tree instead.  Both must generate the
  * same C, byte for byte. */
@@ -1156,6 +1205,39 @@ static void test_cli_run_alphafold_names(void **state) { (void)state; run_scheme
 static void test_cli_run_hf_names(void **state) { (void)state; run_scheme("hf", "w_hf.safetensors", "out_hf.safetensors"); }
 static void test_cli_run_torch_names(void **state) { (void)state; run_scheme("torch", "w_torch.safetensors", "out_torch.safetensors"); }
 
+/* gen --plain writes a plain kernel that compiles on its own; run --plain
+ * and check --plain run it. */
+static void test_cli_plain_gen_run_check(void **state)
+{
+  st_tensor t[8];
+  char names[8][96];
+  int n = run_weights(t, names, "hf", NULL, NULL);
+  cli_result r;
+  (void)state;
+  CLI(r, "gen", "--plain", "mha x=B,S,64 heads=4 causal mask=key name=my_plain", "-o", "gen_plain");
+  EXPECT_EXIT0(r, "gen --plain");
+  cli_free(&r);
+  assert_true(file_exists("gen_plain/my_plain.c"));
+  cc_compile("gen_plain", "my_plain.c");
+  CLI(r, "show", "--plain", "--header", "mha x=B,S,64 heads=4 causal mask=key name=my_plain");
+  EXPECT_EXIT0(r, "show --plain --header");
+  EXPECT_HAS(r, r.out, "int my_plain_run(const attnc_args *args);", "the plain header declares NAME_run");
+  EXPECT_LACKS(r, r.out, "my_plain_phase", "the plain header has no phases");
+  cli_free(&r);
+
+  t[n] = tens("x", X134, 3, 1, 3, 4);
+  st_write("w_plain.safetensors", t, n + 1);
+  CLI(r, "run", "--plain", RUN_SPEC, "--tensors", "w_plain.safetensors", "--out", "out_plain.safetensors");
+  EXPECT_EXIT0(r, "run --plain");
+  cli_free(&r);
+  expect_rows_bias("out_plain.safetensors", 1, 3);
+
+  CLI(r, "check", "--plain", "gqa x=B,S,24 heads=4 kv_heads=2 causal=bottom_right mask=key", "--dim", "S=9");
+  EXPECT_EXIT0(r, "check --plain");
+  EXPECT_HAS(r, r.out, "plain form, backend tcc", "check says which form it checked");
+  cli_free(&r);
+}
+
 static void test_cli_run_prefix(void **state)
 {
   static const float OTHER_BO[4] = { 5, 6, 7, 8 };
@@ -1597,6 +1679,8 @@ int main(void)
     cmocka_unit_test(test_cli_spec_file_equals_string),
     cmocka_unit_test(test_cli_spec_file_is_directory),
     cmocka_unit_test(test_cli_show),
+    cmocka_unit_test(test_cli_show_plain),
+    cmocka_unit_test(test_cli_plain_gen_run_check),
     cmocka_unit_test(test_cli_show_bytecode_equals_text),
     cmocka_unit_test(test_cli_show_diff),
     cmocka_unit_test(test_cli_run_save_attn),

@@ -72,6 +72,41 @@ static void test_runtime_backends_differ(void **state)
   attnc_release(b);
 }
 
+/* The plain and the fast form of one spec are two kernels, each shared by
+ * equal specs, on both backends (the cc spec index keeps them apart too);
+ * a form that is neither is an error that names both. */
+static void test_runtime_forms_differ(void **state)
+{
+  attnc_options plain = { ATTNC_BACKEND_TCC, 0, NULL, ATTNC_FORM_PLAIN }, bad = { ATTNC_BACKEND_TCC, 0, NULL, (attnc_form)7 };
+  attnc_error e;
+  int be;
+  char *src = NULL;
+  (void)state;
+  for (be = 0; be < 2; be++) {
+    attnc_options fast = { be ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC, 0, NULL, ATTNC_FORM_FAST };
+    attnc_kernel *f, *p, *p2;
+    plain.backend = fast.backend;
+    f = attnc_compile(SPEC, &fast, &e);
+    p = attnc_compile(SPEC, &plain, &e);
+    p2 = attnc_compile(SPEC, &plain, &e);
+    assert_non_null(f);
+    assert_non_null(p);
+    assert_ptr_not_equal(f, p);
+    assert_ptr_equal(p, p2);
+    assert_string_equal(attnc_canonical(f), attnc_canonical(p));
+    assert_non_null(strstr(attnc_source(p), "the plain form"));
+    assert_null(strstr(attnc_source(f), "the plain form of"));
+    attnc_release(f);
+    attnc_release(p);
+    attnc_release(p2);
+  }
+  assert_null(attnc_compile(SPEC, &bad, &e));
+  assert_int_equal(e.code, ATTNC_EARG);
+  assert_non_null(strstr(e.message, "ATTNC_FORM_PLAIN"));
+  assert_int_equal(attnc_generate(SPEC, &bad, &src, NULL, &e), ATTNC_EARG);
+  assert_null(src);
+}
+
 /* Bind everything but one weight, then check the message names it. */
 static void test_runtime_missing_weight(void **state)
 {
@@ -328,6 +363,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_runtime_cache_shares_equal_specs),
     cmocka_unit_test(test_runtime_backends_differ),
+    cmocka_unit_test(test_runtime_forms_differ),
     cmocka_unit_test(test_runtime_missing_weight),
     cmocka_unit_test(test_runtime_shape_errors_name_tensor_and_axis),
     cmocka_unit_test(test_runtime_torch_in_proj_and_output_check),
