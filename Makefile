@@ -24,7 +24,8 @@ endif
 
 GEN_SRC  := $(sort $(wildcard gen/*.lua))
 TMPL_SRC := $(sort $(wildcard templates/*))
-LIB_SRC  := runtime/error.c runtime/host.c runtime/jit.c runtime/kernel.c runtime/safetensors.c runtime/explain.c \
+LIB_SRC  := runtime/error.c runtime/host.c runtime/jit_tcc.c runtime/jit_cc.c runtime/cc_index.c runtime/kernel.c \
+            runtime/bindings.c runtime/run.c runtime/safetensors.c runtime/explain.c \
             runtime/pool.c runtime/prims.c runtime/prims_avx512.c runtime/prims_avx2.c
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 TESTS    := test_spec test_safetensors test_reference test_prims test_runtime test_kernels test_golden test_specs test_cli test_validation test_stress
@@ -93,7 +94,7 @@ endif
 # bench/ab_build.sh compiles the old side of an A/B with these flags too.
 AVX2_FLAGS := -O3 -mavx2 -mfma -falign-functions=64 -falign-loops=32
 $(B)/obj/prims_avx2.o: CFLAGS += $(AVX2_FLAGS)
-$(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(B)/obj/kernel.o: runtime/prims.h
+$(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(B)/obj/run.o: runtime/prims.h
 $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o: runtime/prefetch.h
 
 $(B)/obj/embedded.o: $(B)/embedded.c

@@ -358,7 +358,7 @@ const char *attnc_slot_name(int slot)
   return (slot >= 0 && slot < ATTNC_SLOT_COUNT) ? SLOT_KEYS[slot] : "?";
 }
 
-/* The cc backend's spec index (jit.c) stores this result as it is: when
+/* The cc backend's spec index (cc_index.c) stores this result as it is: when
  * what a field means changes, change INDEX_MAGIC there. */
 static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
 {

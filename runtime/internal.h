@@ -58,19 +58,76 @@ typedef struct attnc_kernel_fns {
   int (*phase)(const attnc_args *args, int phase, long begin, long end, long thread);
 } attnc_kernel_fns;
 
-/* jit.c: compile generated C to a callable kernel. */
+/* jit_tcc.c, jit_cc.c: compile generated C to a callable kernel. */
 attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fns *fns, attnc_error *err);
 void attnc_jit_tcc_free(void *state);
 attnc_status attnc_jit_cc(const char *spec, const attnc_gen *g, void **handle, attnc_kernel_fns *fns, attnc_error *err);
-/* A warm load without the generator: 1 and g, handle, fns filled when the
- * cache's spec index knows this exact spec text; 0 otherwise. */
+/* cc_index.c: a warm load without the generator: 1 and g, handle, fns
+ * filled when the cache's spec index knows this exact spec text; 0 otherwise. */
 int attnc_jit_cc_lookup(const char *spec, int plain, attnc_gen *g, void **handle, attnc_kernel_fns *fns);
 void attnc_jit_cc_free(void *handle);
 
+/* jit_tcc.c, for both backends: 1 and fns filled when get(h, symbol) finds
+ * the kernel's four entry points (the plain form's one). */
+int attnc_jit_find_fns(const attnc_gen *g, void *(*get)(void *, const char *), void *h, attnc_kernel_fns *fns);
+
+/* jit_cc.c, shared with cc_index.c: the cache folder, FNV-1a hashing, the
+ * parts of every cache key (compiler, flags, CPU) and checked files. */
+int attnc_cc_cache_dir(char *out, size_t n);
+uint64_t attnc_cc_fnv64(uint64_t h, const char *s);
+uint64_t attnc_cc_fnv64_bytes(uint64_t h, const unsigned char *p, size_t n);
+uint64_t attnc_cc_cpu_key(uint64_t h);
+const char *attnc_cc_compiler(void);
+extern const char attnc_cc_flags[];       /* the fixed flags; ATTNC_CC_FLAGS's follow */
+const char *attnc_cc_extra_flags(void);
+/* A file's contents when its trailer matches (caller frees), else NULL. */
+unsigned char *attnc_cc_read_checked(const char *path, size_t *n_out);
+int attnc_cc_add_trailer(const char *path);
+void *attnc_cc_load_checked(const char *path, const attnc_gen *g, attnc_kernel_fns *fns);
+
+/* cc_index.c: record a spec's object and generator result (best effort). */
+void attnc_cc_index_write(const char *spec, const char *object, const attnc_gen *g);
+
 /* kernel.c */
+struct attnc_kernel {
+  int refs;
+  attnc_gen gen;
+  attnc_backend backend;
+  void *state;            /* TCCState or dlopen handle */
+  attnc_kernel_fns fns;
+  int threads;            /* default for new bindings; 0: ATTNC_THREADS or all CPUs */
+  struct attnc_kernel *next;
+};
+/* Another reference to k (attnc_release drops it). */
+void attnc_kernel_retain(attnc_kernel *k);
 const attnc_gen *attnc_kernel_gen(const attnc_kernel *k);
+
+/* bindings.c */
+struct attnc_bindings {
+  attnc_kernel *k;
+  attnc_tensor t[ATTNC_SLOT_COUNT];
+  const char *from[ATTNC_SLOT_COUNT];  /* the name each tensor was bound under */
+  char from_buf[ATTNC_SLOT_COUNT][96];
+  attnc_tensor in_proj_w, in_proj_b;
+  int has_in_proj_w, has_in_proj_b;
+  int64_t dims[64];
+  int dim_set[64];
+  char dim_from[64][96];
+  unsigned char *mask_u8;
+  size_t mask_n;
+  long mask_stride[ATTNC_ABI_MAX_RANK];
+  float *packed[ATTNC_SLOT_COUNT];       /* weights packed for the primitives */
+  const void *packed_from[ATTNC_SLOT_COUNT];
+  void *scratch;
+  long scratch_bytes;
+  int threads;
+};
 /* The resolved named dims of bindings (after attnc_output_shape). */
 const int64_t *attnc_bindings_dims(const attnc_bindings *b);
+/* "(2, 3)": a shape for messages. */
+void attnc_bindings_shape_text(const int64_t *dims, int rank, char *buf, size_t n);
+/* ATTNC_OK, or ATTNC_EBIND when t's data is not aligned to its element size. */
+attnc_status attnc_bindings_check_aligned(const char *what, const attnc_tensor *t, attnc_error *err);
 
 /* pool.c: run fn(ctx, item, thread) for item in [0, items) on up to
  * nthreads threads (thread 0 is the caller); returns when all are done. */

@@ -656,7 +656,7 @@ static void test_stress_corrupt_cache_rebuilt(void **state)
   print_message("  %d corrupted cache entries rebuilt: %.2f s\n", NCORRUPT, now_s() - t0);
 }
 
-/* The spec index (runtime/jit.c): a warm cc load in a new process finds
+/* The spec index (runtime/cc_index.c): a warm cc load in a new process finds
  * the object and the generator's result by the spec text, without Lua.
  * attnc_jit_cc_lookup() must give exactly what the generator gave, and
  * miss (so the generator runs) for any other text, a damaged entry, or an
@@ -716,40 +716,42 @@ static void test_stress_spec_index(void **state)
   attnc_release(k);
   idx_b = only_idx(cache_b);
   setenv("ATTNC_CACHE_DIR", cache, 1);
-  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0); /* nothing built yet */
+  assert_int_equal(attnc_jit_cc_lookup(spec, 0, &g, &h, &fns), 0); /* nothing built yet */
   k = attnc_compile(spec, &o, &e);
   if (!k) fail_msg("compile: %s", e.message);
   idx = only_idx(cache);
   /* a hit gives the generator's result and a working object */
-  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 1);
+  assert_int_equal(attnc_jit_cc_lookup(spec, 0, &g, &h, &fns), 1);
   if (!same_gen(&g, attnc_kernel_gen(k))) fail_msg("the spec index returned a different generator result");
   assert_non_null(fns.run);
   attnc_jit_cc_free(h);
   attnc_gen_free(&g);
+  /* the same text asking for the plain form: a miss */
+  assert_int_equal(attnc_jit_cc_lookup(spec, 1, &g, &h, &fns), 0);
   attnc_release(k);
   /* other text for the same kernel: a miss */
   {
     char spaced[200];
     snprintf(spaced, sizeof spaced, "%s ", spec);
-    assert_int_equal(attnc_jit_cc_lookup(spaced, &g, &h, &fns), 0);
+    assert_int_equal(attnc_jit_cc_lookup(spaced, 0, &g, &h, &fns), 0);
   }
   read_all(idx, &good, &n_good);
   /* damaged: one byte flipped, cut short */
   good[n_good / 2] ^= 1;
   write_all(idx, good, n_good);
-  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+  assert_int_equal(attnc_jit_cc_lookup(spec, 0, &g, &h, &fns), 0);
   good[n_good / 2] ^= 1;
   write_all(idx, good, n_good - 20);
-  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+  assert_int_equal(attnc_jit_cc_lookup(spec, 0, &g, &h, &fns), 0);
   /* another spec's entry under this spec's key (as a hash collision would be) */
   read_all(idx_b, &other, &n_other);
   write_all(idx, other, n_other);
-  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+  assert_int_equal(attnc_jit_cc_lookup(spec, 0, &g, &h, &fns), 0);
   /* the next compile rewrites the entry, and it hits again */
   k = attnc_compile(spec, &o, &e);
   if (!k) fail_msg("compile after damage: %s", e.message);
   attnc_release(k);
-  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 1);
+  assert_int_equal(attnc_jit_cc_lookup(spec, 0, &g, &h, &fns), 1);
   attnc_jit_cc_free(h);
   attnc_gen_free(&g);
   /* the object gone: a miss, and the next compile rebuilds it */
@@ -758,17 +760,17 @@ static void test_stress_spec_index(void **state)
     int n_so, n_other_files;
     scan_cache(cache, &n_so, &n_other_files, so, sizeof so);
     assert_int_equal(unlink(so), 0);
-    assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+    assert_int_equal(attnc_jit_cc_lookup(spec, 0, &g, &h, &fns), 0);
     k = attnc_compile(spec, &o, &e);
     if (!k) fail_msg("compile after the object was removed: %s", e.message);
     attnc_release(k);
-    assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 1);
+    assert_int_equal(attnc_jit_cc_lookup(spec, 0, &g, &h, &fns), 1);
     attnc_jit_cc_free(h);
     attnc_gen_free(&g);
   }
   /* ATTNC_SRC_DIR (the generator read from disk) never uses the index */
   setenv("ATTNC_SRC_DIR", "/nonexistent", 1);
-  assert_int_equal(attnc_jit_cc_lookup(spec, &g, &h, &fns), 0);
+  assert_int_equal(attnc_jit_cc_lookup(spec, 0, &g, &h, &fns), 0);
   unsetenv("ATTNC_SRC_DIR");
   if (saved) setenv("ATTNC_CACHE_DIR", saved, 1);
   free(saved);

@@ -1,0 +1,467 @@
+/* Bindings: tensors bound to a kernel by name, named dims, every shape
+ * checked, in_proj_* split and the mask prepared, the output's shape. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Every name a tensor goes by: AlphaFold/OpenFold, Hugging Face, torch MHA. */
+static const struct { const char *name; int slot; } NAMES[] = {
+  { "x", ATTNC_SLOT_X }, { "kv", ATTNC_SLOT_KV }, { "bias", ATTNC_SLOT_BIAS }, { "mask", ATTNC_SLOT_MASK },
+  { "q", ATTNC_SLOT_Q }, { "k", ATTNC_SLOT_K }, { "v", ATTNC_SLOT_V },
+  { "linear_q.weight", ATTNC_SLOT_WQ }, { "linear_q.bias", ATTNC_SLOT_BQ },
+  { "linear_k.weight", ATTNC_SLOT_WK }, { "linear_k.bias", ATTNC_SLOT_BK },
+  { "linear_v.weight", ATTNC_SLOT_WV }, { "linear_v.bias", ATTNC_SLOT_BV },
+  { "linear_g.weight", ATTNC_SLOT_WG }, { "linear_g.bias", ATTNC_SLOT_BG },
+  { "linear_o.weight", ATTNC_SLOT_WO }, { "linear_o.bias", ATTNC_SLOT_BO },
+  { "q_proj.weight", ATTNC_SLOT_WQ }, { "q_proj.bias", ATTNC_SLOT_BQ },
+  { "k_proj.weight", ATTNC_SLOT_WK }, { "k_proj.bias", ATTNC_SLOT_BK },
+  { "v_proj.weight", ATTNC_SLOT_WV }, { "v_proj.bias", ATTNC_SLOT_BV },
+  { "o_proj.weight", ATTNC_SLOT_WO }, { "o_proj.bias", ATTNC_SLOT_BO },
+  { "out_proj.weight", ATTNC_SLOT_WO }, { "out_proj.bias", ATTNC_SLOT_BO },
+  { "q_proj_weight", ATTNC_SLOT_WQ }, { "k_proj_weight", ATTNC_SLOT_WK }, { "v_proj_weight", ATTNC_SLOT_WV },
+};
+
+static const char *slot_aliases(int slot)
+{
+  switch (slot) {
+  case ATTNC_SLOT_WQ: return "linear_q.weight, q_proj.weight or in_proj_weight";
+  case ATTNC_SLOT_BQ: return "linear_q.bias, q_proj.bias or in_proj_bias";
+  case ATTNC_SLOT_WK: return "linear_k.weight, k_proj.weight or in_proj_weight";
+  case ATTNC_SLOT_BK: return "linear_k.bias, k_proj.bias or in_proj_bias";
+  case ATTNC_SLOT_WV: return "linear_v.weight, v_proj.weight or in_proj_weight";
+  case ATTNC_SLOT_BV: return "linear_v.bias, v_proj.bias or in_proj_bias";
+  case ATTNC_SLOT_WG: return "linear_g.weight";
+  case ATTNC_SLOT_BG: return "linear_g.bias";
+  case ATTNC_SLOT_WO: return "linear_o.weight, o_proj.weight or out_proj.weight";
+  case ATTNC_SLOT_BO: return "linear_o.bias, o_proj.bias or out_proj.bias";
+  default: return attnc_slot_name(slot);
+  }
+}
+
+attnc_bindings *attnc_bindings_new(attnc_kernel *k)
+{
+  attnc_bindings *b;
+  if (!k) return NULL;
+  b = calloc(1, sizeof *b);
+  if (!b) return NULL;
+  attnc_kernel_retain(k);
+  b->k = k;
+  b->threads = k->threads > 0 ? k->threads : attnc_pool_default_threads();
+  return b;
+}
+
+const attnc_tensor *attnc_bindings_slot(const attnc_bindings *b, int slot)
+{
+  return (b && slot >= 0 && slot < ATTNC_SLOT_COUNT && b->from[slot]) ? &b->t[slot] : NULL;
+}
+const unsigned char *attnc_bindings_mask_u8(const attnc_bindings *b) { return b ? b->mask_u8 : NULL; }
+
+int attnc_bindings_threads(const attnc_bindings *b) { return b ? b->threads : 0; }
+long attnc_bindings_scratch_bytes(const attnc_bindings *b) { return b ? b->scratch_bytes : 0; }
+
+attnc_status attnc_bindings_set_threads(attnc_bindings *b, int threads, attnc_error *err)
+{
+  attnc_err_clear(err);
+  if (!b || threads < 0 || threads > 1024) return attnc_err_set(err, ATTNC_EARG, "threads must be 0 (default) .. 1024");
+  b->threads = threads > 0 ? threads : attnc_pool_default_threads();
+  return ATTNC_OK;
+}
+
+void attnc_bindings_free(attnc_bindings *b)
+{
+  int i;
+  if (!b) return;
+  for (i = 0; i < ATTNC_SLOT_COUNT; i++) free(b->packed[i]);
+  free(b->scratch);
+  free(b->mask_u8);
+  attnc_release(b->k);
+  free(b);
+}
+
+static int lookup_name(const char *name)
+{
+  size_t i;
+  for (i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+    if (strcmp(NAMES[i].name, name) == 0) return NAMES[i].slot;
+  if (strcmp(name, "in_proj_weight") == 0) return -2;
+  if (strcmp(name, "in_proj_bias") == 0) return -3;
+  return -1;
+}
+
+/* Bind one tensor; quiet=1 skips names the kernel does not use. */
+static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_tensor *t, int quiet, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  int slot = lookup_name(name);
+  if (!t) return attnc_err_set(err, ATTNC_EARG, "tensor '%s' is NULL", name);
+  if (t->rank < 0 || t->rank > ATTNC_MAX_RANK)
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has rank %d; at most %d is supported", name, t->rank, ATTNC_MAX_RANK);
+  if (attnc_dtype_size(t->dtype) == 0)
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has an unknown dtype (%d)", name, (int)t->dtype);
+  if (slot == -1) {
+    if (quiet) return ATTNC_OK;
+    return attnc_err_set(err, ATTNC_EBIND, "unknown tensor name '%s' (inputs: x, kv, bias, mask, q, k, v; weights: linear_q.weight, q_proj.weight, in_proj_weight, ...)", name);
+  }
+  if (slot == -2 || slot == -3) {
+    if (g->core || (!g->qkv_bias && slot == -3)) {
+      if (quiet) return ATTNC_OK;
+      return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (%s)", name,
+                           g->core ? "mode=core has no projections" : "the spec has qkv_bias=false");
+    }
+    if (t->dtype != g->dtype)
+      return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has dtype %s but the kernel computes in %s (spec dtype)", name,
+                           attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
+    if (slot == -2) { b->in_proj_w = *t; b->has_in_proj_w = 1; }
+    else { b->in_proj_b = *t; b->has_in_proj_b = 1; }
+    /* forget the q/k/v views split from an earlier in_proj_* so the next run splits this one */
+    for (int s = ATTNC_SLOT_WQ; s <= ATTNC_SLOT_BV; s++)
+      if (b->from[s] && strcmp(b->from[s], name) == 0) {
+        b->from[s] = NULL;
+        b->packed_from[s] = NULL;
+      }
+    return ATTNC_OK;
+  }
+  if (!g->used[slot]) {
+    if (quiet) return ATTNC_OK;
+    return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (check the spec: %s)", name, g->canonical);
+  }
+  if (slot != ATTNC_SLOT_MASK && t->dtype != g->dtype) { /* a mask may have any dtype */
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has dtype %s but the kernel computes in %s (spec dtype)", name,
+                         attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
+  }
+  b->t[slot] = *t;
+  b->packed_from[slot] = NULL; /* repack on the next run, even from the same buffer */
+  snprintf(b->from_buf[slot], sizeof b->from_buf[slot], "%s", name);
+  b->from[slot] = b->from_buf[slot];
+  return ATTNC_OK;
+}
+
+attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err)
+{
+  attnc_err_clear(err);
+  if (!b || !name) return attnc_err_set(err, ATTNC_EARG, "attnc_bind needs bindings and a name");
+  return bind_named(b, name, t, 0, err);
+}
+
+attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *f, const char *prefix, int *nbound, attnc_error *err)
+{
+  size_t i, n, plen = prefix ? strlen(prefix) : 0;
+  int count = 0;
+  attnc_err_clear(err);
+  if (!b || !f) return attnc_err_set(err, ATTNC_EARG, "attnc_bind_safetensors needs bindings and a file");
+  n = attnc_st_count(f);
+  for (i = 0; i < n; i++) {
+    const char *name = attnc_st_name(f, i);
+    attnc_tensor t;
+    attnc_status s;
+    const char *key = name;
+    int slot;
+    if (plen && strncmp(name, prefix, plen) == 0) key = name + plen;
+    else if (plen && (lookup_name(name) >= ATTNC_SLOT_WQ || lookup_name(name) <= -2)) continue; /* a weight outside the prefix */
+    slot = lookup_name(key);
+    if (slot == -1) continue;
+    if (slot >= 0 && !b->k->gen.used[slot]) continue;
+    s = attnc_st_get(f, i, &t);
+    if (s != ATTNC_OK) return attnc_err_set(err, s, "cannot read tensor '%s'", name);
+    s = bind_named(b, key, &t, 1, err);
+    if (s != ATTNC_OK) return s;
+    count++;
+  }
+  if (nbound) *nbound = count;
+  return ATTNC_OK;
+}
+
+static int find_dim(const attnc_gen *g, const char *name)
+{
+  int i;
+  for (i = 0; i < g->ndims; i++)
+    if (strcmp(g->dim_names[i], name) == 0) return i;
+  return -1;
+}
+
+attnc_status attnc_bind_dim(attnc_bindings *b, const char *name, int64_t value, attnc_error *err)
+{
+  int d;
+  attnc_err_clear(err);
+  if (!b || !name) return attnc_err_set(err, ATTNC_EARG, "attnc_bind_dim needs bindings and a name");
+  d = find_dim(&b->k->gen, name);
+  if (d < 0 || d >= 64) return attnc_err_set(err, ATTNC_EBIND, "the spec has no named dim '%s'", name);
+  if (value < 1 || value >= ((int64_t)1 << 31))
+    return attnc_err_set(err, ATTNC_EBIND, "dim %s = %lld is out of range (1 .. 2^31-1)", name, (long long)value);
+  b->dims[d] = value;
+  b->dim_set[d] = 1;
+  snprintf(b->dim_from[d], sizeof b->dim_from[d], "--dim %s", name);
+  return ATTNC_OK;
+}
+
+const int64_t *attnc_bindings_dims(const attnc_bindings *b) { return b ? b->dims : NULL; }
+
+void attnc_bindings_shape_text(const int64_t *dims, int rank, char *buf, size_t n)
+{
+  int i;
+  size_t len = 0;
+  len += (size_t)snprintf(buf, n, "(");
+  for (i = 0; i < rank && len < n; i++)
+    len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)dims[i]);
+  if (len < n) snprintf(buf + len, n - len, ")");
+}
+
+/* The most elements one tensor may have: the spec's limit (gen/spec.lua
+ * MAX_ELEMS), applied again to the sizes bound at run time.  A shape above
+ * it cannot be real memory; refusing it keeps every size product below
+ * 2^63 and nothing is allocated or read for it. */
+#define MAX_ELEMS 1099511627776.0 /* 2^40 */
+
+/* Elements of a shape, in double: exact below 2^53, never overflows. */
+static double elems_of(const int64_t *shape, int rank)
+{
+  double n = 1;
+  int a;
+  for (a = 0; a < rank; a++) n *= (double)shape[a];
+  return n;
+}
+
+/* Data must be aligned to its element size: the kernels and primitives
+ * load whole elements (and a compiler may assume the alignment). */
+attnc_status attnc_bindings_check_aligned(const char *what, const attnc_tensor *t, attnc_error *err)
+{
+  size_t es = attnc_dtype_size(t->dtype);
+  if (t->data && es > 1 && (uintptr_t)t->data % es != 0)
+    return attnc_err_set(err, ATTNC_EBIND,
+                         "%s data at %p is not aligned to %zu bytes (its dtype %s needs it): pass an aligned buffer",
+                         what, t->data, es, attnc_dtype_name(t->dtype));
+  return ATTNC_OK;
+}
+
+/* Check a tensor's shape against a signature, binding named dims. */
+static attnc_status check_shape(attnc_bindings *b, const char *what, const attnc_tensor *t, const attnc_shape *want, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  char got[256], label[160];
+  double n;
+  int a;
+  attnc_bindings_shape_text(t->shape, t->rank, got, sizeof got);
+  if (t->rank != want->rank)
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has %d dims %s but the kernel expects %d", what, t->rank, got, want->rank);
+  for (a = 0; a < want->rank; a++) {
+    int64_t w = want->dim[a];
+    if (w > 0) {
+      if (t->shape[a] != w)
+        return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' %s: axis %d is %lld but the spec says %lld", what, got, a,
+                             (long long)t->shape[a], (long long)w);
+    } else if (w == 0 || -w > g->ndims) {
+      return attnc_err_set(err, ATTNC_EBIND, "tensor '%s': the kernel's shape table is broken (axis %d: %lld); regenerate it",
+                           what, a, (long long)w);
+    } else {
+      int d = (int)(-w - 1);
+      if (b->dim_set[d]) {
+        if (t->shape[a] != b->dims[d])
+          return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' %s: axis %d is %lld but dim %s = %lld (from %s)", what, got, a,
+                               (long long)t->shape[a], g->dim_names[d], (long long)b->dims[d], b->dim_from[d]);
+      } else {
+        if (t->shape[a] < 1 || t->shape[a] >= ((int64_t)1 << 31))
+          return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' %s: axis %d (dim %s) must be between 1 and 2^31-1", what, got, a, g->dim_names[d]);
+        b->dims[d] = t->shape[a];
+        b->dim_set[d] = 1;
+        snprintf(b->dim_from[d], sizeof b->dim_from[d], "%s axis %d", what, a);
+      }
+    }
+  }
+  n = elems_of(t->shape, t->rank);
+  if (n > MAX_ELEMS)
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' %s has %.3g elements, more than the limit 2^40", what, got, n);
+  if (!t->data && n > 0) return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has no data", what);
+  snprintf(label, sizeof label, "tensor '%s'", what);
+  return attnc_bindings_check_aligned(label, t, err);
+}
+
+static int64_t resolve(const attnc_bindings *b, int64_t d)
+{
+  return d > 0 ? d : b->dims[-d - 1];
+}
+
+/* Split torch's stacked in_proj_weight [Wq; Wk; Wv] into three views. */
+static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  int64_t hc = (int64_t)g->heads * g->head_dim, gc = (int64_t)g->kv_heads * g->head_dim;
+  size_t es = attnc_dtype_size(g->dtype);
+  int i;
+  int slots_w[3] = { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV };
+  int slots_b[3] = { ATTNC_SLOT_BQ, ATTNC_SLOT_BK, ATTNC_SLOT_BV };
+  int64_t rows[3] = { hc, gc, gc }, off = 0;
+  if (b->has_in_proj_w) {
+    const attnc_tensor *t = &b->in_proj_w;
+    if (g->c_in != g->c_kv)
+      return attnc_err_set(err, ATTNC_EBIND, "in_proj_weight needs q and kv of equal width (%lld vs %lld); use q_proj_weight, k_proj_weight, v_proj_weight",
+                           (long long)g->c_in, (long long)g->c_kv);
+    if (t->rank != 2 || t->shape[0] != hc + 2 * gc || t->shape[1] != g->c_in)
+      return attnc_err_set(err, ATTNC_EBIND, "in_proj_weight must be (%lld, %lld) = [Wq; Wk; Wv]",
+                           (long long)(hc + 2 * gc), (long long)g->c_in);
+    if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'in_proj_weight' has no data");
+    for (i = 0; i < 3; i++) {
+      if (!b->from[slots_w[i]]) {
+        attnc_tensor v = { g->dtype, 2, { rows[i], g->c_in }, (char *)t->data + (size_t)off * (size_t)g->c_in * es };
+        b->t[slots_w[i]] = v;
+        b->from[slots_w[i]] = "in_proj_weight";
+      }
+      off += rows[i];
+    }
+  }
+  off = 0;
+  if (b->has_in_proj_b && g->qkv_bias) {
+    const attnc_tensor *t = &b->in_proj_b;
+    if (t->rank != 1 || t->shape[0] != hc + 2 * gc)
+      return attnc_err_set(err, ATTNC_EBIND, "in_proj_bias must be (%lld)", (long long)(hc + 2 * gc));
+    if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'in_proj_bias' has no data");
+    for (i = 0; i < 3; i++) {
+      if (!b->from[slots_b[i]]) {
+        attnc_tensor v = { g->dtype, 1, { rows[i] }, (char *)t->data + (size_t)off * es };
+        b->t[slots_b[i]] = v;
+        b->from[slots_b[i]] = "in_proj_bias";
+      }
+      off += rows[i];
+    }
+  }
+  return ATTNC_OK;
+}
+
+static int nonzero(const void *base, size_t i, attnc_dtype d)
+{
+  switch (d) {
+  case ATTNC_F32: return ((const float *)base)[i] != 0.0f;
+  case ATTNC_F64: return ((const double *)base)[i] != 0.0;
+  case ATTNC_F16: case ATTNC_BF16: return (((const uint16_t *)base)[i] & 0x7fff) != 0; /* -0 is zero */
+  case ATTNC_I16: case ATTNC_U16: return ((const uint16_t *)base)[i] != 0;
+  case ATTNC_I32: case ATTNC_U32: return ((const uint32_t *)base)[i] != 0;
+  case ATTNC_I64: case ATTNC_U64: return ((const uint64_t *)base)[i] != 0;
+  default: return ((const unsigned char *)base)[i] != 0;
+  }
+}
+
+/* The mask may have fewer dims than (batch..., Sk): align from the right,
+ * broadcast size-1 and missing axes with stride 0, copy it to bytes. */
+static attnc_status prepare_mask(attnc_bindings *b, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  const attnc_tensor *t = &b->t[ATTNC_SLOT_MASK];
+  int nb = g->mask.rank - 1, m = t->rank, a;
+  int64_t sk = resolve(b, g->mask.dim[nb]), n = 1, stride = 1;
+  char got[256];
+  attnc_status s;
+  attnc_bindings_shape_text(t->shape, t->rank, got, sizeof got);
+  if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'mask' has no data");
+  if ((s = attnc_bindings_check_aligned("tensor 'mask'", t, err)) != ATTNC_OK) return s;
+  if (m < 1 || m > nb + 1)
+    return attnc_err_set(err, ATTNC_EBIND, "mask %s must have between 1 and %d dims: (batch axes..., Sk), aligned from the right", got, nb + 1);
+  if (t->shape[m - 1] != sk)
+    return attnc_err_set(err, ATTNC_EBIND, "mask %s: its last axis must be Sk = %lld", got, (long long)sk);
+  for (a = 0; a < ATTNC_ABI_MAX_RANK; a++) b->mask_stride[a] = 0;
+  b->mask_stride[nb] = 1;
+  stride = sk;
+  for (a = m - 2; a >= 0; a--) {
+    int ba = nb - (m - 1 - a); /* the batch axis this mask axis aligns with */
+    int64_t want = resolve(b, g->mask.dim[ba]);
+    if (t->shape[a] != want && t->shape[a] != 1)
+      return attnc_err_set(err, ATTNC_EBIND, "mask %s: axis %d is %lld but must be 1 or %lld (batch axis %d; mask dims align from the right)",
+                           got, a, (long long)t->shape[a], (long long)want, ba);
+    b->mask_stride[ba] = t->shape[a] == 1 ? 0 : (long)stride;
+    stride *= t->shape[a];
+  }
+  for (a = 0; a < m; a++) n *= t->shape[a];
+  if ((size_t)n > b->mask_n) {
+    unsigned char *p = realloc(b->mask_u8, (size_t)n);
+    if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the mask");
+    b->mask_u8 = p;
+    b->mask_n = (size_t)n;
+  }
+  for (a = 0; a < n; a++) b->mask_u8[a] = (unsigned char)nonzero(t->data, (size_t)a, t->dtype);
+  return ATTNC_OK;
+}
+
+/* Rows (elements / last dim) of the tensor of signature sh, in double. */
+static double rows_of(const attnc_bindings *b, const attnc_shape *sh)
+{
+  double n = 1;
+  int a;
+  for (a = 0; a + 1 < sh->rank; a++) n *= (double)resolve(b, sh->dim[a]);
+  return n;
+}
+
+/* With every dim bound: the output and the kernel's intermediate results
+ * (projected q, k, v and the attention output, each a row per row of its
+ * input, at most `width` wide) must stay within the tensor limit too.
+ * Every size the generated code computes (its scratch layout: a few of
+ * these, rounded up to tiles, times at most 16 key splits) then fits in a
+ * long with room to spare, so NAME_scratch_bytes cannot overflow. */
+static attnc_status check_work(const attnc_bindings *b, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  static const int in[] = { ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V };
+  double out = 1, rows = rows_of(b, &g->out), width = 1, w[5];
+  size_t i;
+  int a;
+  for (a = 0; a < g->out.rank; a++) out *= (double)resolve(b, g->out.dim[a]);
+  if (out > MAX_ELEMS) return attnc_err_set(err, ATTNC_EBIND, "the output would have %.3g elements, more than the limit 2^40", out);
+  for (i = 0; i < sizeof in / sizeof in[0]; i++)
+    if (g->used[in[i]]) rows += rows_of(b, &g->shape[in[i]]);
+  w[0] = (double)g->heads * g->head_dim;
+  w[1] = (double)g->kv_heads * g->head_dim;
+  w[2] = (double)g->c_in;
+  w[3] = (double)g->c_kv;
+  w[4] = (double)g->head_dim;
+  for (i = 0; i < 5; i++)
+    if (w[i] > width) width = w[i];
+  if (rows * width > MAX_ELEMS)
+    return attnc_err_set(err, ATTNC_EBIND,
+                         "the kernel's intermediate results would have %.3g elements (%.3g rows of the inputs and output, "
+                         "up to %.0f wide), more than the limit 2^40",
+                         rows * width, rows, width);
+  return ATTNC_OK;
+}
+
+attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
+{
+  const attnc_gen *g;
+  attnc_status s;
+  int slot, i, d;
+  static const int order[] = {
+    ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V, ATTNC_SLOT_BIAS,
+    ATTNC_SLOT_WQ, ATTNC_SLOT_BQ, ATTNC_SLOT_WK, ATTNC_SLOT_BK, ATTNC_SLOT_WV, ATTNC_SLOT_BV,
+    ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO
+  };
+  attnc_err_clear(err);
+  if (!b) return attnc_err_set(err, ATTNC_EARG, "bindings are NULL");
+  g = &b->k->gen;
+  /* named dims from the inputs, forgetting what an earlier call inferred */
+  for (d = 0; d < g->ndims && d < 64; d++)
+    if (b->dim_set[d] && strncmp(b->dim_from[d], "--dim", 5) != 0) b->dim_set[d] = 0;
+  s = split_in_proj(b, err);
+  if (s != ATTNC_OK) return s;
+  for (i = 0; i < (int)(sizeof order / sizeof order[0]); i++) {
+    slot = order[i];
+    if (!g->used[slot]) continue;
+    if (!b->from[slot])
+      return attnc_err_set(err, ATTNC_EMISSING, "missing tensor '%s' (bind it as %s)", attnc_slot_name(slot), slot_aliases(slot));
+    s = check_shape(b, b->from[slot], &b->t[slot], &g->shape[slot], err);
+    if (s != ATTNC_OK) return s;
+  }
+  for (d = 0; d < g->ndims; d++)
+    if (!b->dim_set[d]) return attnc_err_set(err, ATTNC_EMISSING, "named dim %s is not bound", g->dim_names[d]);
+  s = check_work(b, err);
+  if (s != ATTNC_OK) return s;
+  if (g->has_mask) {
+    if (!b->from[ATTNC_SLOT_MASK])
+      return attnc_err_set(err, ATTNC_EMISSING, "missing tensor 'mask' (the spec has mask=key)");
+    s = prepare_mask(b, err);
+    if (s != ATTNC_OK) return s;
+  }
+  if (out) {
+    out->dtype = g->dtype;
+    out->rank = g->out.rank;
+    for (i = 0; i < g->out.rank; i++) out->shape[i] = resolve(b, g->out.dim[i]);
+  }
+  return ATTNC_OK;
+}

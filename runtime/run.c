@@ -1,0 +1,105 @@
+/* Running bound kernels: weights packed for the primitives, scratch,
+ * and each phase's items handed to the thread pool. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "prims.h"
+
+const char *attnc_isa(void) { return attnc_prims_get()->isa; }
+
+struct run_ctx {
+  const attnc_kernel_fns *fns;
+  const attnc_args *args;
+  int phase;
+};
+
+static void run_item(void *ctx, long item, int thread)
+{
+  const struct run_ctx *c = ctx;
+  c->fns->phase(c->args, c->phase, item, item + 1, thread);
+}
+
+/* Pack the f32 weights for the primitives once; again only if rebound. */
+static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_error *err)
+{
+  static const int w[] = { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV, ATTNC_SLOT_WG, ATTNC_SLOT_WO };
+  size_t i;
+  for (i = 0; i < sizeof w / sizeof w[0]; i++) {
+    int slot = w[i];
+    const attnc_tensor *t = &b->t[slot];
+    if (!b->k->gen.used[slot]) continue;
+    if (b->packed_from[slot] != t->data || !b->packed[slot]) {
+      long n = attnc_prims_pack_size((long)t->shape[0], (long)t->shape[1]);
+      void *p = NULL;
+      /* 64-byte aligned, so that no vector load of a panel spans two cache
+       * lines (malloc gives 16 bytes past a page for a large block) */
+      if (posix_memalign(&p, 64, sizeof(float) * (size_t)n) != 0)
+        return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
+      free(b->packed[slot]);
+      attnc_prims_pack((const float *)t->data, (long)t->shape[0], (long)t->shape[1], p);
+      b->packed[slot] = p;
+      b->packed_from[slot] = t->data;
+    }
+    args->packed[slot] = b->packed[slot];
+  }
+  return ATTNC_OK;
+}
+
+attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
+{
+  attnc_tensor want;
+  attnc_args args;
+  long dims[64], bytes;
+  attnc_status s;
+  int i, phase;
+  if (!out) return attnc_err_set(err, ATTNC_EARG, "attnc_run needs an output tensor");
+  s = attnc_output_shape(b, &want, err);
+  if (s != ATTNC_OK) return s;
+  if (out->dtype != want.dtype || out->rank != want.rank)
+    return attnc_err_set(err, ATTNC_EBIND, "output must be %s with %d dims", attnc_dtype_name(want.dtype), want.rank);
+  for (i = 0; i < want.rank; i++)
+    if (out->shape[i] != want.shape[i]) {
+      char w[256];
+      attnc_bindings_shape_text(want.shape, want.rank, w, sizeof w);
+      return attnc_err_set(err, ATTNC_EBIND, "output axis %d is %lld but must be %lld: the output is %s", i,
+                           (long long)out->shape[i], (long long)want.shape[i], w);
+    }
+  if (!out->data) return attnc_err_set(err, ATTNC_EARG, "output has no data");
+  if ((s = attnc_bindings_check_aligned("the output", out, err)) != ATTNC_OK) return s;
+  memset(&args, 0, sizeof args);
+  for (i = 0; i < b->k->gen.ndims && i < 64; i++) dims[i] = (long)b->dims[i];
+  args.dims = dims;
+  for (i = 0; i < ATTNC_SLOT_COUNT; i++)
+    if (b->k->gen.used[i]) args.t[i] = b->t[i].data;
+  if (b->k->gen.has_mask) {
+    args.t[ATTNC_SLOT_MASK] = b->mask_u8;
+    memcpy(args.mask_stride, b->mask_stride, sizeof args.mask_stride);
+  }
+  args.out = out->data;
+  if (b->k->gen.plain) /* the plain form: one call, on this thread, its own buffers */
+    return b->k->fns.run(&args) == 0 ? ATTNC_OK : attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the plain kernel");
+  if (b->k->gen.dtype == ATTNC_F32 && !getenv("ATTNC_NO_PRIMS")) {
+    args.prims = attnc_prims_get();
+    if (!b->k->gen.core && (s = pack_weights(b, &args, err)) != ATTNC_OK) return s;
+  }
+  args.nthreads = b->threads;
+  bytes = b->k->fns.scratch_bytes(&args, args.nthreads);
+  if (bytes < 0) return attnc_err_set(err, ATTNC_EBIND, "the kernel's scratch size overflows");
+  if (bytes > b->scratch_bytes) {
+    void *p = realloc(b->scratch, (size_t)bytes);
+    if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory: the kernel needs %ld bytes of scratch", bytes);
+    b->scratch = p;
+    b->scratch_bytes = bytes;
+  }
+  args.scratch = b->scratch;
+  for (phase = 0; phase < ATTNC_PHASES; phase++) {
+    struct run_ctx ctx;
+    long items = b->k->fns.phase_items(&args, phase);
+    ctx.fns = &b->k->fns;
+    ctx.args = &args;
+    ctx.phase = phase;
+    if (items > 0) attnc_pool_run(b->threads, items, run_item, &ctx);
+  }
+  return ATTNC_OK;
+}
