@@ -97,10 +97,12 @@ static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, r
     for (i = 0; i < mt->rank; i++) p->mask[i] = (long)mt->shape[i];
     rt->mask = bufs[ATTNC_SLOT_MASK].ref;
   }
-  p->causal = g->causal;
+  p->causal = g->causal == ATTNC_CAUSAL_TOP_LEFT ? REF_CAUSAL_TOP_LEFT
+              : g->causal == ATTNC_CAUSAL_BOTTOM_RIGHT ? REF_CAUSAL_BOTTOM_RIGHT : REF_CAUSAL_NONE;
   p->has_window = g->has_window; p->wl = (long)g->window_l; p->wr = (long)g->window_r;
   p->scale = g->scale;
-  p->empty_rows = g->empty_rows;
+  p->empty_rows = g->empty_rows == ATTNC_EMPTY_UNIFORM ? REF_EMPTY_UNIFORM
+                  : g->empty_rows == ATTNC_EMPTY_NAN ? REF_EMPTY_NAN : REF_EMPTY_ZERO;
 }
 
 struct checker_inputs {

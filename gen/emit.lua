@@ -4,7 +4,7 @@ local M = {}
 
 local ipairs, tostring = ipairs, tostring
 local concat, insert = table.concat, table.insert
-local supper, sformat = string.upper, string.format
+local supper, sformat, sfind, ssub = string.upper, string.format, string.find, string.sub
 
 local template = require("template")
 local templates = require("templates")
@@ -22,13 +22,23 @@ local function render(name, env)
   return fn(env)
 end
 
-local SLOT_NAMES = {
-  x = "ATTNC_SLOT_X", kv = "ATTNC_SLOT_KV", bias = "ATTNC_SLOT_BIAS", mask = "ATTNC_SLOT_MASK",
-  q = "ATTNC_SLOT_Q", k = "ATTNC_SLOT_K", v = "ATTNC_SLOT_V",
-  wq = "ATTNC_SLOT_WQ", bq = "ATTNC_SLOT_BQ", wk = "ATTNC_SLOT_WK", bk = "ATTNC_SLOT_BK",
-  wv = "ATTNC_SLOT_WV", bv = "ATTNC_SLOT_BV", wg = "ATTNC_SLOT_WG", bg = "ATTNC_SLOT_BG",
-  wo = "ATTNC_SLOT_WO", bo = "ATTNC_SLOT_BO",
-}
+-- One ENTRY(NAME, key) list of templates/abi.h, the one place the
+-- generator, the generated code and the runtime take it from: key -> the
+-- C name (prefix .. NAME).
+local function abi_list(list, prefix)
+  local text = templates["abi.h"]
+  local at = sfind(text, "#define " .. list .. "(ENTRY)", 1, true)
+  if not at then error("templates/abi.h has no " .. list, 0) end
+  local out = {}
+  for line in ssub(text, at):gmatch("[^\n]*") do
+    for name, key in line:gmatch("ENTRY%((%u[%u_]*), (%l[%l_]*)%)") do out[key] = prefix .. name end
+    if not sfind(line, "\\%s*$") then break end
+  end
+  return out
+end
+
+local SLOT_NAMES = abi_list("ATTNC_SLOT_LIST", "ATTNC_SLOT_")
+local EMPTY_ROWS = abi_list("ATTNC_EMPTY_ROWS_LIST", "ATTNC_EMPTY_")
 M.SLOT_NAMES = SLOT_NAMES
 
 local shape_text = require("plan").shape_text
@@ -167,7 +177,7 @@ function M.fast(p)
   end
   env.fast_ok = p.dtype == "f32"
   env.QT = p.global and 1 or math.max(1, 64 // p.HPG)
-  env.empty_code = ({ zero = 0, uniform = 1, nan = 2 })[p.empty_rows]
+  env.empty_code = EMPTY_ROWS[p.empty_rows]
   -- batch offsets of bias and mask, from the batch index variables
   local bo, mo = {}, {}
   for _, ax in ipairs(p.batch) do

@@ -80,7 +80,7 @@ static double visible_pairs(const attnc_gen *g, double sq, double sk)
   double n = 0, i;
   if (!g->causal && !g->has_window) return sq * sk;
   for (i = 0; i < sq; i++) {
-    const double p = g->causal == 2 ? i + sk - sq : i;
+    const double p = g->causal == ATTNC_CAUSAL_BOTTOM_RIGHT ? i + sk - sq : i;
     double lo = 0, hi = sk - 1;
     if (g->causal && p < hi) hi = p;
     if (g->has_window) {

@@ -349,9 +349,20 @@ static void read_shape(lua_State *L, const attnc_gen *g, attnc_shape *sh)
   }
 }
 
-static const char *const SLOT_KEYS[ATTNC_SLOT_COUNT] = {
-  "x", "kv", "bias", "mask", "q", "k", "v", "wq", "bq", "wk", "bk", "wv", "bv", "wg", "bg", "wo", "bo"
-};
+#define KEY_(name, key) #key,
+static const char *const SLOT_KEYS[ATTNC_SLOT_COUNT] = { ATTNC_SLOT_LIST(KEY_) };
+static const char *const EMPTY_ROWS_KEYS[ATTNC_EMPTY_COUNT] = { ATTNC_EMPTY_ROWS_LIST(KEY_) };
+static const char *const CAUSAL_KEYS[ATTNC_CAUSAL_COUNT] = { ATTNC_CAUSAL_LIST(KEY_) };
+#undef KEY_
+
+/* The index of s in keys[0..n), or 0 (the generator only returns listed words). */
+static int key_index(const char *const *keys, int n, const char *s)
+{
+  int i;
+  for (i = 0; i < n; i++)
+    if (strcmp(keys[i], s) == 0) return i;
+  return 0;
+}
 
 const char *attnc_slot_name(int slot)
 {
@@ -440,9 +451,9 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   g->global = (int)int_field(L, t, "global");
   g->global_masked = strcmp(str_field(L, t, "global_mean"), "masked") == 0;
   s = str_field(L, t, "causal");
-  g->causal = strcmp(s, "top_left") == 0 ? 1 : strcmp(s, "bottom_right") == 0 ? 2 : 0;
+  g->causal = key_index(CAUSAL_KEYS, ATTNC_CAUSAL_COUNT, s);
   s = str_field(L, t, "empty_rows");
-  g->empty_rows = strcmp(s, "uniform") == 0 ? 1 : strcmp(s, "nan") == 0 ? 2 : 0;
+  g->empty_rows = key_index(EMPTY_ROWS_KEYS, ATTNC_EMPTY_COUNT, s);
   g->c_in = int_field(L, t, "c_in");
   g->c_kv = int_field(L, t, "c_kv");
   lua_getfield(L, t, "scale");

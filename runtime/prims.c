@@ -82,7 +82,7 @@ long attnc_prims_attend_work(long rows, long c)
 void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row)
 {
   long d, j;
-  if (t->empty_rows == 1) {
+  if (t->empty_rows == ATTNC_EMPTY_UNIFORM) {
     long hh = r % t->q_group;
     (void)hh;
     for (d = 0; d < t->c; d++) o_row[d] = 0;
@@ -90,7 +90,7 @@ void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row)
       for (d = 0; d < t->c; d++) o_row[d] += t->v[j * t->v_stride + d] / (float)t->nk;
   } else {
     float val = 0.0f;
-    if (t->empty_rows == 2) {
+    if (t->empty_rows == ATTNC_EMPTY_NAN) {
       union { unsigned u; float f; } nan_bits;
       nan_bits.u = 0x7fc00000u;
       val = nan_bits.f;

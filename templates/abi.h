@@ -9,13 +9,27 @@
  * results are the same for any thread count. */
 #ifndef ATTNC_ABI_V1
 #define ATTNC_ABI_V1
-enum attnc_slot {
-  ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_BIAS, ATTNC_SLOT_MASK,
-  ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V,
-  ATTNC_SLOT_WQ, ATTNC_SLOT_BQ, ATTNC_SLOT_WK, ATTNC_SLOT_BK, ATTNC_SLOT_WV, ATTNC_SLOT_BV,
-  ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO,
-  ATTNC_SLOT_COUNT
-};
+/* The one list of each fact the generator, the generated code and the
+ * runtime share, as ENTRY(NAME, key): the C name, and the word the spec and
+ * the generator use (gen/emit.lua reads these lists from this file). */
+
+/* The tensors a kernel may read, in slot order. */
+#define ATTNC_SLOT_LIST(ENTRY) \
+  ENTRY(X, x) ENTRY(KV, kv) ENTRY(BIAS, bias) ENTRY(MASK, mask) ENTRY(Q, q) ENTRY(K, k) ENTRY(V, v) \
+  ENTRY(WQ, wq) ENTRY(BQ, bq) ENTRY(WK, wk) ENTRY(BK, bk) ENTRY(WV, wv) ENTRY(BV, bv) \
+  ENTRY(WG, wg) ENTRY(BG, bg) ENTRY(WO, wo) ENTRY(BO, bo)
+/* What a query that sees no key gets (spec key empty_rows): a zero output,
+ * uniform weights over every key (the mean of v), or NaN. */
+#define ATTNC_EMPTY_ROWS_LIST(ENTRY) ENTRY(ZERO, zero) ENTRY(UNIFORM, uniform) ENTRY(NAN, nan)
+/* Which keys a causal mask leaves (spec key causal). */
+#define ATTNC_CAUSAL_LIST(ENTRY) ENTRY(NONE, none) ENTRY(TOP_LEFT, top_left) ENTRY(BOTTOM_RIGHT, bottom_right)
+
+#define ATTNC_SLOT_ENUM_(name, key) ATTNC_SLOT_##name,
+#define ATTNC_EMPTY_ENUM_(name, key) ATTNC_EMPTY_##name,
+#define ATTNC_CAUSAL_ENUM_(name, key) ATTNC_CAUSAL_##name,
+enum attnc_slot { ATTNC_SLOT_LIST(ATTNC_SLOT_ENUM_) ATTNC_SLOT_COUNT };
+enum attnc_empty_rows { ATTNC_EMPTY_ROWS_LIST(ATTNC_EMPTY_ENUM_) ATTNC_EMPTY_COUNT };
+enum attnc_causal { ATTNC_CAUSAL_LIST(ATTNC_CAUSAL_ENUM_) ATTNC_CAUSAL_COUNT };
 #define ATTNC_ABI_MAX_RANK 8
 #define ATTNC_PHASES 4 /* project, attend, combine, gate and output */
 
@@ -34,7 +48,7 @@ typedef struct attnc_tile {
   const float *bias; long bias_h, bias_i, bias_j; /* + hh*bias_h + i*bias_i + j*bias_j */
   const unsigned char *mask; long mask_j;
   int has_lo, has_hi; long lo_off, hi_off;
-  int empty_rows;       /* 0 zero, 1 uniform (mean of v over all nk keys), 2 NaN */
+  int empty_rows;       /* enum attnc_empty_rows (uniform: the mean of v over all nk keys) */
   float *m_out, *l_out; /* non-NULL: write unnormalised o with row max m and sum l (a key split) */
   float *work;          /* attend_work(rows, c) floats, 64-byte aligned */
 } attnc_tile;
