@@ -175,7 +175,6 @@ function M.fast(p)
     if a == 1 then return tostring(b) end
     return tostring(a) .. " * " .. tostring(b)
   end
-  env.fast_ok = p.dtype == "f32"
   env.QT = p.global and 1 or math.max(1, 64 // p.HPG)
   env.empty_code = EMPTY_ROWS[p.empty_rows]
   -- batch offsets of bias and mask, from the batch index variables
@@ -191,30 +190,22 @@ function M.fast(p)
   env.global, env.gated, env.global_masked = p.global or false, p.gated or false, p.global_masked or false
   env.self = p.self
   env.bias_h, env.bias_i, env.bias_j = p.bias_h or false, p.bias_i or false, p.bias_j or false
-  -- a bias shared by every batch element (AlphaFold's pair bias) is
-  -- transposed once per run for the primitives: rows of one key contiguous
-  -- with the primitives, a full kernel may run one batch element at a time:
-  -- project, attend, gate and project out while its data is in cache
-  env.fuse_ok = env.fast_ok and not p.core and not p.global
-  -- with the primitives, k and v may be projected (linear_heads) into a
-  -- head-major scratch ([batch][G][Sk][c]), so that a key tile is one
-  -- contiguous block and not Sk rows G*c apart (a 2^n stride puts them on
-  -- a few L1 sets, and each row on its own page): when the heads start on
-  -- the packed weights' 32-wide panels, and (outside the fused path) the
-  -- rows of one batch element are contiguous in kv
-  env.hm_ok = env.fast_ok and not p.core and p.C % 32 == 0
-  env.kv_hm_ok = env.hm_ok and tostring(p.kv_step) == "1"
-  -- an attend item may project its own kv head's columns first (by_head):
-  -- when the heads start on the packed weights' panels
-  env.head_ok = env.fuse_ok and env.hm_ok
-  env.bias_t_ok = env.fast_ok and p.has_bias and env.bias_offset == "0" and p.bias_i ~= nil and p.bias_j ~= nil
-    and p.HPG == 1 and not p.global
+  -- the paths the schedule may take (plan.schedule): the template writes no other
+  local k = p.sched
+  env.fast_ok, env.split_ok, env.fuse_ok, env.head_ok = k.prims, k.split, k.fuse, k.by_head
+  env.hm_ok, env.kv_hm_ok, env.bias_t_ok = k.hm, k.kv_hm, k.bias_t
   if not p.core then
     local s = p.spec
     local xr, kr = {}, {}
     for i = 1, s.rank - 1 do xr[i] = s.x[i]; kr[i] = s.kv[i] end
     env.x_rows_shape, env.kv_rows_shape = shape_text(xr), shape_text(kr)
   end
+  -- one sub-template per phase, each a function of its work items
+  local function phase(name) return (render(name, env):gsub("\n$", "")) end
+  env.phase_project = phase("fast_project.c.tmpl")
+  env.phase_attend = phase("fast_attend.c.tmpl")
+  env.phase_combine = env.split_ok and phase("fast_combine.c.tmpl") or ""
+  env.phase_output = not p.core and phase("fast_output.c.tmpl") or ""
   return render("kernel.c.tmpl", env)
 end
 

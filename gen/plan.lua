@@ -149,8 +149,43 @@ function M.plan(s, version)
   if s.bias then input("bias", s.bias, "input") end
   sig.mask = p.has_mask and { batch = batch, Sk = s.Sk } or nil
   p.sig = sig
-  p.unroll4 = (p.C % 4 == 0)
+  p.sched = M.schedule(p)
   return p
+end
+
+local function round_up(n) return (n + 15) // 16 * 16 end
+
+-- What the fast form's schedule can do for this spec, decided from the
+-- spec and its known dims: each flag says that a path may run (its
+-- run-time condition still checks the named dims, the threads and whether
+-- the primitives are there), so the template writes that path, or none
+-- of it.  The numbers restate the run-time conditions of
+-- templates/kernel.c.tmpl's get_sizes for the dims known here.
+function M.schedule(p)
+  local function num(e) return type(e) == "number" and e or nil end
+  local nb, sq, sk = num(p.n_batch), num(p.Sq), num(p.Sk)
+  local k = {}
+  -- the vectorised primitives take f32 only
+  k.prims = p.dtype == "f32"
+  -- a short query against many keys (decoding): split the keys, then combine
+  k.split = k.prims and not p.global and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
+  -- whole batch elements, or one kv head of one, per attend item, projections included
+  local whole = k.prims and not p.core and not p.global
+  k.fuse = whole and (not nb or nb >= 4)
+    and (not (sq and sk) or 2 * round_up(sq * p.HC) + 2 * round_up(sk * p.GC) <= (1 << 19))
+  -- k and v projected head-major: the heads start on the packed weights' 32-wide panels
+  k.hm = k.prims and not p.core and p.C % 32 == 0
+  k.kv_hm = k.hm and tostring(p.kv_step) == "1"
+  k.by_head = whole and k.hm and (not nb or nb * p.G >= 2)
+  -- a bias shared by every batch element, transposed once per run
+  local shared = true
+  for _, ax in ipairs(p.batch) do
+    if ax.size ~= 1 and ax.bias_stride then shared = false end
+  end
+  k.bias_t = k.prims and p.has_bias and shared and p.bias_i ~= nil and p.bias_j ~= nil and p.HPG == 1
+    and not p.global and (not nb or nb >= 4)
+    and (not (sq and sk) or (p.bias_h and p.H or 1) * sk * round_up(sq) <= (1 << 22))
+  return k
 end
 
 return M

@@ -223,6 +223,39 @@ static int generated_has(const char *spec, const char *needle)
   return has;
 }
 
+/* The fast form holds only the paths this spec and its known dims can
+ * take (gen/plan.lua's schedule), and the C loops test no feature the
+ * spec lacks. */
+static void test_kernels_fast_form_decides(void **s)
+{
+  static const struct { const char *spec, *needle; int has; } cases[] = {
+    { "mha x=B,S,64 heads=4", "z->fused", 1 },           /* B may be 4 or more */
+    { "mha x=1,S,64 heads=4", "fused", 0 },              /* one batch element: never fused */
+    { "mha x=2,S,64 heads=2 head_dim=32", "by_head", 1 },
+    { "mha x=1,S,64 heads=1 head_dim=64", "by_head", 0 }, /* one kv head of one element */
+    { "mha x=B,S,64 heads=4", "PROJ_SLAB", 0 },          /* by_head needs heads on 32-wide panels */
+    { "mha mode=core q=1,8,1,16 kv=1,2,S,16", "k_splits", 1 }, /* decoding: keys may split */
+    { "mha mode=core q=1,8,S,16 kv=1,2,T,16", "k_splits", 1 },
+    { "mha mode=core q=1,8,64,16 kv=1,2,S,16", "k_splits", 0 }, /* 64 queries never split keys */
+    { "mha mode=core q=1,8,1,16 kv=1,2,512,16", "k_splits", 0 }, /* 512 keys never split */
+    { "alphafold x=B,S,64 heads=4 head_dim=16 global", "k_splits", 0 },
+    { "mha x=B,S,64 heads=4 dtype=f64", "P->", 0 },      /* f64: no primitives */
+    { "mha x=B,S,64 heads=4 dtype=f64", "prims", 0 },
+    { "mha x=B,S,64 heads=4", "t->bias[", 0 },           /* no bias, no mask, no causal in the C loops */
+    { "mha x=B,S,64 heads=4", "t->mask[", 0 },
+    { "mha x=B,S,64 heads=4", "t->hi_off <", 0 },
+    { "mha x=B,S,64 heads=4 causal mask=key bias=B,4,S,S", "t->bias[", 1 },
+    { "mha x=B,S,64 heads=4 causal mask=key bias=B,4,S,S", "t->mask[", 1 },
+    { "mha x=B,S,64 heads=4 causal mask=key bias=B,4,S,S", "t->hi_off <", 1 },
+    { "alphafold x=1,S,64 heads=2 head_dim=16 bias=2,S,S", "transpose_bias", 0 }, /* one element: no transposed copy */
+  };
+  size_t i;
+  (void)s;
+  for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (generated_has(cases[i].spec, cases[i].needle) != cases[i].has)
+      fail_msg("%s: the fast form %s \"%s\"", cases[i].spec, cases[i].has ? "lacks" : "has", cases[i].needle);
+}
+
 /* A bias shared by the batch elements (AlphaFold's pair bias) is
  * transposed once per run when the primitives run and there are at least 4
  * batch elements: several query and key tiles, tails of rows, masks, causal
@@ -416,6 +449,7 @@ int main(void)
     cmocka_unit_test(test_kernels_large_logits_tcc), cmocka_unit_test(test_kernels_large_logits_cc),
     cmocka_unit_test(test_kernels_no_prims_tcc), cmocka_unit_test(test_kernels_threads_identical),
     cmocka_unit_test(test_kernels_plain_form_tcc), cmocka_unit_test(test_kernels_plain_form_cc),
+    cmocka_unit_test(test_kernels_fast_form_decides),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
