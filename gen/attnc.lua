@@ -19,17 +19,11 @@ function M.generate(text, form)
   local s = spec.parse(text)
   local p = plan.plan(s, M.VERSION)
   local source, header = emit.emit(p, form)
+  -- the runtime reads the semantics from spec, as gen/spec.lua left them
+  -- (runtime/host.c's read_gen is their one reader)
   return {
     canonical = s.canonical, name = s.name, source = source, header = header, plain = form == "plain",
-    dtype = s.dtype, dims = s.dims, inputs = p.sig.inputs, out = p.sig.out,
-    mask = p.sig.mask, core = p.core,
-    global = s.global, gated = s.gated, global_mean = s.global_mean,
-    mode = s.mode, rank = s.rank, axis = s.axis, self = s.self,
-    heads = s.heads, kv_heads = s.kv_heads, head_dim = s.head_dim,
-    qkv_bias = s.qkv_bias, out_bias = s.out_bias,
-    bias = s.bias, has_mask = s.mask == "key", causal = s.causal,
-    window = s.window, scale = s.scale, empty_rows = s.empty_rows,
-    c_in = s.c_in, c_kv = s.c_kv, spec = s,
+    inputs = p.sig.inputs, out = p.sig.out, mask = p.sig.mask, spec = s,
   }
 end
 

@@ -373,17 +373,19 @@ const char *attnc_slot_name(int slot)
  * what a field means changes, change INDEX_MAGIC there. */
 static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
 {
-  int t = lua_gettop(L), i, n;
+  int t = lua_gettop(L), sp, i, n;
   const char *s;
   memset(g, 0, sizeof *g);
+  lua_getfield(L, t, "spec"); /* the semantics, as gen/spec.lua parsed them */
+  sp = lua_gettop(L);
   g->canonical = dup_field(L, t, "canonical");
   g->name = dup_field(L, t, "name");
   g->source = dup_field(L, t, "source");
   g->header = dup_field(L, t, "header");
   g->plain = (int)int_field(L, t, "plain");
   if (!g->canonical || !g->name || !g->source || !g->header) goto nomem;
-  g->dtype = strcmp(str_field(L, t, "dtype"), "f64") == 0 ? ATTNC_F64 : ATTNC_F32;
-  lua_getfield(L, t, "dims");
+  g->dtype = strcmp(str_field(L, sp, "dtype"), "f64") == 0 ? ATTNC_F64 : ATTNC_F32;
+  lua_getfield(L, sp, "dims");
   n = (int)luaL_len(L, -1);
   g->dim_names = calloc((size_t)(n > 0 ? n : 1), sizeof *g->dim_names);
   if (!g->dim_names) { lua_pop(L, 1); goto nomem; }
@@ -438,28 +440,28 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   }
   lua_pop(L, 1);
 
-  g->core = strcmp(str_field(L, t, "mode"), "core") == 0;
-  g->rank = (int)int_field(L, t, "rank");
-  g->axis = (int)int_field(L, t, "axis") - 1;
-  g->self = (int)int_field(L, t, "self");
-  g->heads = (int)int_field(L, t, "heads");
-  g->kv_heads = (int)int_field(L, t, "kv_heads");
-  g->head_dim = (int)int_field(L, t, "head_dim");
-  g->qkv_bias = (int)int_field(L, t, "qkv_bias");
-  g->out_bias = (int)int_field(L, t, "out_bias");
-  g->gated = (int)int_field(L, t, "gated");
-  g->global = (int)int_field(L, t, "global");
-  g->global_masked = strcmp(str_field(L, t, "global_mean"), "masked") == 0;
-  s = str_field(L, t, "causal");
+  g->core = strcmp(str_field(L, sp, "mode"), "core") == 0;
+  g->rank = (int)int_field(L, sp, "rank");
+  g->axis = (int)int_field(L, sp, "axis") - 1;
+  g->self = (int)int_field(L, sp, "self");
+  g->heads = (int)int_field(L, sp, "heads");
+  g->kv_heads = (int)int_field(L, sp, "kv_heads");
+  g->head_dim = (int)int_field(L, sp, "head_dim");
+  g->qkv_bias = (int)int_field(L, sp, "qkv_bias");
+  g->out_bias = (int)int_field(L, sp, "out_bias");
+  g->gated = (int)int_field(L, sp, "gated");
+  g->global = (int)int_field(L, sp, "global");
+  g->global_masked = strcmp(str_field(L, sp, "global_mean"), "masked") == 0;
+  s = str_field(L, sp, "causal");
   g->causal = key_index(CAUSAL_KEYS, ATTNC_CAUSAL_COUNT, s);
-  s = str_field(L, t, "empty_rows");
+  s = str_field(L, sp, "empty_rows");
   g->empty_rows = key_index(EMPTY_ROWS_KEYS, ATTNC_EMPTY_COUNT, s);
-  g->c_in = int_field(L, t, "c_in");
-  g->c_kv = int_field(L, t, "c_kv");
-  lua_getfield(L, t, "scale");
+  g->c_in = int_field(L, sp, "c_in");
+  g->c_kv = int_field(L, sp, "c_kv");
+  lua_getfield(L, sp, "scale");
   g->scale = lua_tonumber(L, -1);
   lua_pop(L, 1);
-  lua_getfield(L, t, "window");
+  lua_getfield(L, sp, "window");
   if (lua_istable(L, -1)) {
     g->has_window = 1;
     lua_geti(L, -1, 1);
@@ -469,14 +471,16 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
     lua_pop(L, 2);
   }
   lua_pop(L, 1);
-  lua_getfield(L, t, "bias");
+  lua_getfield(L, sp, "bias");
   if (lua_istable(L, -1)) {
     g->has_bias = 1;
     read_shape(L, g, &g->bias);
   }
   lua_pop(L, 1);
+  lua_settop(L, t);
   return ATTNC_OK;
 nomem:
+  lua_settop(L, t);
   attnc_gen_free(g);
   return attnc_err_set(err, ATTNC_ENOMEM, "out of memory reading the generator's result");
 }
