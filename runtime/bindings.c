@@ -73,7 +73,10 @@ void attnc_bindings_free(attnc_bindings *b)
 {
   int i;
   if (!b) return;
-  for (i = 0; i < ATTNC_SLOT_COUNT; i++) free(b->packed[i]);
+  for (i = 0; i < ATTNC_SLOT_COUNT; i++) {
+    free(b->packed[i]);
+    free(b->conv[i]);
+  }
   free(b->scratch);
   free(b->mask_u8);
   attnc_release(b->k);
@@ -88,6 +91,13 @@ static int lookup_name(const char *name)
   if (strcmp(name, "in_proj_weight") == 0) return -2;
   if (strcmp(name, "in_proj_bias") == 0) return -3;
   return -1;
+}
+
+static attnc_status wrong_dtype(const char *name, const attnc_tensor *t, const attnc_gen *g, attnc_error *err)
+{
+  return attnc_err_set(err, ATTNC_EBIND,
+                       "tensor '%s' has dtype %s; the kernel takes F32, F64, BF16 or F16 (converted to its %s)", name,
+                       attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
 }
 
 /* Bind one tensor; quiet=1 skips names the kernel does not use. */
@@ -110,9 +120,7 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
       return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (%s)", name,
                            g->core ? "mode=core has no projections" : "the spec has qkv_bias=false");
     }
-    if (t->dtype != g->dtype)
-      return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has dtype %s but the kernel computes in %s (spec dtype)", name,
-                           attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
+    if (!attnc_convert_takes(t->dtype)) return wrong_dtype(name, t, g, err);
     if (slot == -2) { b->in_proj_w = *t; b->has_in_proj_w = 1; }
     else { b->in_proj_b = *t; b->has_in_proj_b = 1; }
     /* forget the q/k/v views split from an earlier in_proj_* so the next run splits this one */
@@ -120,6 +128,7 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
       if (b->from[s] && strcmp(b->from[s], name) == 0) {
         b->from[s] = NULL;
         b->packed_from[s] = NULL;
+        b->conv_from[s] = NULL;
       }
     return ATTNC_OK;
   }
@@ -127,12 +136,11 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
     if (quiet) return ATTNC_OK;
     return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (check the spec: %s)", name, g->canonical);
   }
-  if (slot != ATTNC_SLOT_MASK && t->dtype != g->dtype) { /* a mask may have any dtype */
-    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has dtype %s but the kernel computes in %s (spec dtype)", name,
-                         attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
-  }
+  if (slot != ATTNC_SLOT_MASK && !attnc_convert_takes(t->dtype)) /* a mask may have any dtype */
+    return wrong_dtype(name, t, g, err);
   b->t[slot] = *t;
-  b->packed_from[slot] = NULL; /* repack on the next run, even from the same buffer */
+  b->packed_from[slot] = NULL; /* repack and convert on the next run, even from the same buffer */
+  b->conv_from[slot] = NULL;
   snprintf(b->from_buf[slot], sizeof b->from_buf[slot], "%s", name);
   b->from[slot] = b->from_buf[slot];
   return ATTNC_OK;
@@ -287,13 +295,13 @@ static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
 {
   const attnc_gen *g = &b->k->gen;
   int64_t hc = (int64_t)g->heads * g->head_dim, gc = (int64_t)g->kv_heads * g->head_dim;
-  size_t es = attnc_dtype_size(g->dtype);
   int i;
   int slots_w[3] = { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV };
   int slots_b[3] = { ATTNC_SLOT_BQ, ATTNC_SLOT_BK, ATTNC_SLOT_BV };
   int64_t rows[3] = { hc, gc, gc }, off = 0;
   if (b->has_in_proj_w) {
     const attnc_tensor *t = &b->in_proj_w;
+    const size_t es = attnc_dtype_size(t->dtype);
     if (g->c_in != g->c_kv)
       return attnc_err_set(err, ATTNC_EBIND, "in_proj_weight needs q and kv of equal width (%lld vs %lld); use q_proj_weight, k_proj_weight, v_proj_weight",
                            (long long)g->c_in, (long long)g->c_kv);
@@ -303,7 +311,7 @@ static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
     if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'in_proj_weight' has no data");
     for (i = 0; i < 3; i++) {
       if (!b->from[slots_w[i]]) {
-        attnc_tensor v = { g->dtype, 2, { rows[i], g->c_in }, (char *)t->data + (size_t)off * (size_t)g->c_in * es };
+        attnc_tensor v = { t->dtype, 2, { rows[i], g->c_in }, (char *)t->data + (size_t)off * (size_t)g->c_in * es };
         b->t[slots_w[i]] = v;
         b->from[slots_w[i]] = "in_proj_weight";
       }
@@ -313,12 +321,13 @@ static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
   off = 0;
   if (b->has_in_proj_b && g->qkv_bias) {
     const attnc_tensor *t = &b->in_proj_b;
+    const size_t es = attnc_dtype_size(t->dtype);
     if (t->rank != 1 || t->shape[0] != hc + 2 * gc)
       return attnc_err_set(err, ATTNC_EBIND, "in_proj_bias must be (%lld)", (long long)(hc + 2 * gc));
     if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'in_proj_bias' has no data");
     for (i = 0; i < 3; i++) {
       if (!b->from[slots_b[i]]) {
-        attnc_tensor v = { g->dtype, 1, { rows[i] }, (char *)t->data + (size_t)off * es };
+        attnc_tensor v = { t->dtype, 1, { rows[i] }, (char *)t->data + (size_t)off * es };
         b->t[slots_b[i]] = v;
         b->from[slots_b[i]] = "in_proj_bias";
       }

@@ -89,6 +89,11 @@ void *attnc_cc_load_checked(const char *path, const attnc_gen *g, attnc_kernel_f
 /* cc_index.c: record a spec's object and generator result (best effort). */
 void attnc_cc_index_write(const char *spec, const char *object, const attnc_gen *g);
 
+/* convert.c: 1 when a tensor of dtype d can be bound (F64, F32, BF16, F16);
+ * n elements of src (dtype sd) to dst as dd (F32 or F64). */
+int attnc_convert_takes(attnc_dtype d);
+void attnc_convert(const void *src, attnc_dtype sd, void *dst, attnc_dtype dd, size_t n);
+
 /* kernel.c */
 struct attnc_kernel {
   int refs;
@@ -119,6 +124,9 @@ struct attnc_bindings {
   long mask_stride[ATTNC_ABI_MAX_RANK];
   float *packed[ATTNC_SLOT_COUNT];       /* weights packed for the primitives */
   const void *packed_from[ATTNC_SLOT_COUNT];
+  void *conv[ATTNC_SLOT_COUNT];          /* tensors bound in another dtype, in the kernel's */
+  size_t conv_n[ATTNC_SLOT_COUNT];       /* elements conv[] holds room for */
+  const void *conv_from[ATTNC_SLOT_COUNT]; /* the weight data conv[] was made from */
   void *scratch;
   long scratch_bytes;
   int threads;

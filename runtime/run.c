@@ -20,6 +20,36 @@ static void run_item(void *ctx, long item, int thread)
   c->fns->phase(c->args, c->phase, item, item + 1, thread);
 }
 
+/* Tensors bound in another floating dtype, in the kernel's: weights once
+ * per binding (like packing: rebind after changing the data), inputs on
+ * every run, since their data may change between runs. */
+static attnc_status convert_tensors(attnc_bindings *b, attnc_args *args, attnc_error *err)
+{
+  const attnc_dtype kd = b->k->gen.dtype;
+  int slot, a;
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+    const attnc_tensor *t = &b->t[slot];
+    size_t n = 1;
+    if (!b->k->gen.used[slot] || slot == ATTNC_SLOT_MASK || t->dtype == kd) continue;
+    if (slot >= ATTNC_SLOT_WQ && b->conv_from[slot] == t->data && b->conv[slot]) {
+      args->t[slot] = b->conv[slot];
+      continue;
+    }
+    for (a = 0; a < t->rank; a++) n *= (size_t)t->shape[a];
+    if (n > b->conv_n[slot] || !b->conv[slot]) {
+      void *p = malloc(attnc_dtype_size(kd) * (n > 0 ? n : 1));
+      if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory converting '%s' to %s", b->from[slot], attnc_dtype_name(kd));
+      free(b->conv[slot]);
+      b->conv[slot] = p;
+      b->conv_n[slot] = n;
+    }
+    attnc_convert(t->data, t->dtype, b->conv[slot], kd, n);
+    b->conv_from[slot] = t->data;
+    args->t[slot] = b->conv[slot];
+  }
+  return ATTNC_OK;
+}
+
 /* Pack the f32 weights for the primitives once; again only if rebound. */
 static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_error *err)
 {
@@ -27,7 +57,7 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
   size_t i;
   for (i = 0; i < sizeof w / sizeof w[0]; i++) {
     int slot = w[i];
-    const attnc_tensor *t = &b->t[slot];
+    const attnc_tensor *t = &b->t[slot]; /* as bound; args->t[slot] holds it in f32 */
     if (!b->k->gen.used[slot]) continue;
     if (b->packed_from[slot] != t->data || !b->packed[slot]) {
       long n = attnc_prims_pack_size((long)t->shape[0], (long)t->shape[1]);
@@ -37,7 +67,7 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
       if (posix_memalign(&p, 64, sizeof(float) * (size_t)n) != 0)
         return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
       free(b->packed[slot]);
-      attnc_prims_pack((const float *)t->data, (long)t->shape[0], (long)t->shape[1], p);
+      attnc_prims_pack((const float *)args->t[slot], (long)t->shape[0], (long)t->shape[1], p);
       b->packed[slot] = p;
       b->packed_from[slot] = t->data;
     }
@@ -72,6 +102,7 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
   args.dims = dims;
   for (i = 0; i < ATTNC_SLOT_COUNT; i++)
     if (b->k->gen.used[i]) args.t[i] = b->t[i].data;
+  if ((s = convert_tensors(b, &args, err)) != ATTNC_OK) return s;
   if (b->k->gen.has_mask) {
     args.t[ATTNC_SLOT_MASK] = b->mask_u8;
     memcpy(args.mask_stride, b->mask_stride, sizeof args.mask_stride);

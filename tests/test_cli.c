@@ -219,6 +219,7 @@ typedef struct st_tensor {
   const float *data;   /* prod(shape) floats */
   const unsigned char *u8; /* instead of data: one byte per element, dtype U8 (or BOOL if bool_) */
   int bool_;
+  int bf16;            /* write data as BF16 (the top half of each float) */
 } st_tensor;
 
 static size_t st_count(const st_tensor *t)
@@ -265,8 +266,8 @@ static void st_write(const char *name, const st_tensor *t, int n)
   int k, a;
   hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "{");
   for (k = 0; k < n; k++) {
-    size_t bytes = st_count(&t[k]) * (t[k].u8 ? 1 : 4);
-    const char *dt = t[k].u8 ? (t[k].bool_ ? "BOOL" : "U8") : "F32";
+    size_t bytes = st_count(&t[k]) * (t[k].u8 ? 1 : t[k].bf16 ? 2 : 4);
+    const char *dt = t[k].u8 ? (t[k].bool_ ? "BOOL" : "U8") : t[k].bf16 ? "BF16" : "F32";
     hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", k ? "," : "", t[k].name, dt);
     for (a = 0; a < t[k].rank; a++)
       hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "%s%lld", a ? "," : "", (long long)t[k].shape[a]);
@@ -291,7 +292,8 @@ static void st_write(const char *name, const st_tensor *t, int n)
     for (i = 0; i < m; i++) {
       unsigned char b[4];
       put_f32le(b, t[k].data[i]);
-      assert_int_equal(fwrite(b, 1, 4, f), 4);
+      if (t[k].bf16) assert_int_equal(fwrite(b + 2, 1, 2, f), 2);
+      else assert_int_equal(fwrite(b, 1, 4, f), 4);
     }
   }
   assert_int_equal(fclose(f), 0);
@@ -1201,6 +1203,24 @@ static void test_cli_run_save_attn(void **state)
   }
 }
 
+/* A bf16 checkpoint and bf16 inputs run as they are: bound and converted
+ * to the kernel's f32 (the values here are exact in bf16). */
+static void test_cli_run_bf16_checkpoint(void **state)
+{
+  st_tensor t[8];
+  char names[8][96];
+  int n = run_weights(t, names, "hf", NULL, NULL), i;
+  cli_result r;
+  (void)state;
+  t[n] = tens("x", X134, 3, 1, 3, 4);
+  for (i = 0; i <= n; i++) t[i].bf16 = 1;
+  st_write("w_bf16.safetensors", t, n + 1);
+  CLI(r, "run", RUN_SPEC, "--tensors", "w_bf16.safetensors", "--out", "out_bf16.safetensors");
+  EXPECT_EXIT0(r, "run on a bf16 file");
+  cli_free(&r);
+  expect_rows_bias("out_bf16.safetensors", 1, 3);
+}
+
 static void test_cli_run_alphafold_names(void **state) { (void)state; run_scheme("af", "w_af.safetensors", "out_af.safetensors"); }
 static void test_cli_run_hf_names(void **state) { (void)state; run_scheme("hf", "w_hf.safetensors", "out_hf.safetensors"); }
 static void test_cli_run_torch_names(void **state) { (void)state; run_scheme("torch", "w_torch.safetensors", "out_torch.safetensors"); }
@@ -1679,6 +1699,7 @@ int main(void)
     cmocka_unit_test(test_cli_spec_file_equals_string),
     cmocka_unit_test(test_cli_spec_file_is_directory),
     cmocka_unit_test(test_cli_show),
+    cmocka_unit_test(test_cli_run_bf16_checkpoint),
     cmocka_unit_test(test_cli_show_plain),
     cmocka_unit_test(test_cli_plain_gen_run_check),
     cmocka_unit_test(test_cli_show_bytecode_equals_text),

@@ -133,12 +133,12 @@ static void test_runtime_shape_errors_name_tensor_and_axis(void **state)
   attnc_kernel *k = attnc_compile(SPEC, NULL, &e);
   attnc_bindings *b = attnc_bindings_new(k);
   attnc_tensor x = t3(1, 3, 8, zeros), bad = t2(8, 7, zeros), w = t2(8, 8, zeros), bo = t2(8, 1, zeros), out;
-  attnc_tensor f64 = x;
+  attnc_tensor i64 = x;
   (void)state;
   bo.rank = 1;
-  f64.dtype = ATTNC_F64;
-  assert_int_equal(attnc_bind(b, "x", &f64, &e), ATTNC_EBIND);
-  assert_non_null(strstr(e.message, "dtype F64"));
+  i64.dtype = ATTNC_I64;
+  assert_int_equal(attnc_bind(b, "x", &i64, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "dtype I64"));
   assert_int_equal(attnc_bind(b, "linear_g.weight", &w, &e), ATTNC_EBIND); /* not gated */
   assert_non_null(strstr(e.message, "does not use 'linear_g.weight'"));
   assert_int_equal(attnc_bind(b, "haeds", &w, &e), ATTNC_EBIND);
@@ -177,6 +177,177 @@ static void check_bias_rows(attnc_bindings *b, attnc_error *e)
   out.data = outbuf;
   assert_int_equal(attnc_run(b, &out, e), ATTNC_OK);
   for (i = 0; i < 3 * 8; i++) assert_true(outbuf[i] == ones8[i % 8]);
+}
+
+/* ---- tensors bound in another floating dtype ---- */
+
+enum { DT_N = 5 }; /* x, then the projections' weights and biases */
+
+/* Tensor i of the dtype test: its shape and k/128 values, |k| < 128, which
+ * F64, F32, BF16 and F16 all hold exactly. */
+static size_t dt_shape(int i, int64_t *shape, int *rank)
+{
+  if (i == 0) { *rank = 3; shape[0] = 2; shape[1] = 5; shape[2] = 16; return 160; }
+  *rank = (i % 2) ? 2 : 1; /* weights (16, 16), biases (16) */
+  shape[0] = 16;
+  shape[1] = 16;
+  return *rank == 2 ? 256 : 16;
+}
+
+static float dt_value(int i, size_t e, unsigned salt)
+{
+  unsigned h = (unsigned)(i * 7919 + (int)e * 104729) ^ salt;
+  h = h * 1103515245u + 12345u;
+  return (float)((int)((h >> 16) % 255) - 127) / 128.0f;
+}
+
+/* The tensor's n values in dtype d, into buf (room for n doubles). */
+static void dt_fill(attnc_dtype d, const float *v, size_t n, void *buf)
+{
+  size_t e;
+  for (e = 0; e < n; e++) {
+    uint32_t u;
+    memcpy(&u, &v[e], sizeof u);
+    if (d == ATTNC_F64) ((double *)buf)[e] = v[e];
+    else if (d == ATTNC_F32) ((float *)buf)[e] = v[e];
+    else if (d == ATTNC_BF16) ((uint16_t *)buf)[e] = (uint16_t)(u >> 16);
+    else /* F16: a normal number or zero, its fraction in 10 bits */
+      ((uint16_t *)buf)[e] = (uint16_t)(v[e] == 0 ? (u >> 16) & 0x8000u
+                                                 : ((u >> 16) & 0x8000u) | ((((u >> 23) & 0xffu) - 112u) << 10) | ((u >> 13) & 0x3ffu));
+  }
+}
+
+/* Run "mha x=2,5,16 heads=2 causal" (dtype kd) with tensor i bound as
+ * dts[i]; out gets the output as doubles.  in_proj: q, k, v projections
+ * as one stacked in_proj_weight / in_proj_bias. */
+static void dt_run(attnc_dtype kd, const attnc_dtype *dts, unsigned salt, int in_proj, double *out)
+{
+  static const char *const names[DT_N] = { "x", "q_proj.weight", "q_proj.bias", "o_proj.weight", "o_proj.bias" };
+  const char *spec = kd == ATTNC_F64 ? "mha x=2,5,16 heads=2 causal dtype=f64" : "mha x=2,5,16 heads=2 causal";
+  static double bufs[DT_N + 4][768];
+  attnc_error e;
+  attnc_kernel *k = attnc_compile(spec, NULL, &e);
+  attnc_bindings *b;
+  attnc_tensor t, o;
+  double obuf[160];
+  float v[768];
+  int i, p;
+  assert_non_null(k);
+  b = attnc_bindings_new(k);
+  for (i = 0; i < DT_N; i++) {
+    size_t n = dt_shape(i, t.shape, &t.rank), j;
+    for (j = 0; j < n; j++) v[j] = dt_value(i, j, salt);
+    t.dtype = dts[i];
+    t.data = bufs[i];
+    dt_fill(dts[i], v, n, bufs[i]);
+    if (i == 1 || i == 2) { /* the q projection stands for q, k and v */
+      static const char *const qkv[2][3] = { { "q_proj.weight", "k_proj.weight", "v_proj.weight" },
+                                             { "q_proj.bias", "k_proj.bias", "v_proj.bias" } };
+      if (in_proj) { /* three copies stacked */
+        for (p = 1; p < 3; p++) {
+          dt_fill(dts[i], v, n, (char *)bufs[i] + (size_t)p * n * attnc_dtype_size(dts[i]));
+        }
+        t.shape[0] = 48;
+        assert_int_equal(attnc_bind(b, i == 1 ? "in_proj_weight" : "in_proj_bias", &t, &e), ATTNC_OK);
+      } else {
+        for (p = 0; p < 3; p++) assert_int_equal(attnc_bind(b, qkv[i - 1][p], &t, &e), ATTNC_OK);
+      }
+      continue;
+    }
+    assert_int_equal(attnc_bind(b, names[i], &t, &e), ATTNC_OK);
+  }
+  o.dtype = kd;
+  o.rank = 3;
+  o.shape[0] = 2; o.shape[1] = 5; o.shape[2] = 16;
+  o.data = obuf;
+  if (attnc_run(b, &o, &e) != ATTNC_OK) fail_msg("run: %s", e.message);
+  for (i = 0; i < 160; i++) out[i] = kd == ATTNC_F64 ? obuf[i] : ((float *)obuf)[i];
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
+/* A tensor bound as F64, F32, BF16 or F16 is converted to the kernel's
+ * dtype: values that every one of them holds exactly give the same bits
+ * however each tensor was bound, in f32 and f64 kernels, through
+ * in_proj_* too; other dtypes are refused, naming the ones taken. */
+static void test_runtime_binds_other_dtypes(void **state)
+{
+  static const attnc_dtype all[4] = { ATTNC_F32, ATTNC_F64, ATTNC_BF16, ATTNC_F16 };
+  attnc_dtype dts[DT_N];
+  double want[160], got[160];
+  int kd, r, i;
+  (void)state;
+  for (kd = 0; kd < 2; kd++) {
+    const attnc_dtype kdt = kd ? ATTNC_F64 : ATTNC_F32;
+    for (i = 0; i < DT_N; i++) dts[i] = kdt;
+    dt_run(kdt, dts, 1, 0, want);
+    for (r = 0; r < 8; r++) { /* every tensor in every dtype, mixed */
+      for (i = 0; i < DT_N; i++) dts[i] = all[(i + r) % 4];
+      dt_run(kdt, dts, 1, r >= 4, got);
+      if (memcmp(want, got, sizeof want) != 0)
+        fail_msg("%s kernel, round %d (x bound as %s): the output differs from binding every tensor as %s",
+                 attnc_dtype_name(kdt), r, attnc_dtype_name(dts[0]), attnc_dtype_name(kdt));
+    }
+  }
+  {
+    attnc_error e;
+    attnc_kernel *k = attnc_compile("mha x=2,5,16 heads=2 causal", NULL, &e);
+    attnc_bindings *b = attnc_bindings_new(k);
+    int32_t ints[160] = { 0 };
+    attnc_tensor x = t3(2, 5, 16, ints);
+    x.dtype = ATTNC_I32;
+    assert_int_equal(attnc_bind(b, "x", &x, &e), ATTNC_EBIND);
+    assert_non_null(strstr(e.message, "tensor 'x' has dtype I32; the kernel takes F32, F64, BF16 or F16"));
+    attnc_bindings_free(b);
+    attnc_release(k);
+  }
+}
+
+/* Inputs bound in another dtype are converted on every run (their data
+ * may change between runs), and F64 data meets an f32 kernel rounded once,
+ * as the caller's own cast to float would round it. */
+static void test_runtime_converted_inputs_follow_data(void **state)
+{
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha x=1,3,8 heads=2", NULL, &e);
+  attnc_bindings *b32 = attnc_bindings_new(k), *b64 = attnc_bindings_new(k);
+  double x64[24];
+  float x32[24], w[64], bias[8], o32[24], o64[24];
+  attnc_tensor x, t, o = t3(1, 3, 8, NULL);
+  int i, round;
+  static const char *const ws[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
+  static const char *const bs[] = { "q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias" };
+  (void)state;
+  for (i = 0; i < 64; i++) w[i] = (float)((i * 37) % 17 - 8) / 16.0f;
+  for (i = 0; i < 8; i++) bias[i] = (float)(i - 4) / 8.0f;
+  for (i = 0; i < 4; i++) {
+    t = t2(8, 8, w);
+    assert_int_equal(attnc_bind(b32, ws[i], &t, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b64, ws[i], &t, &e), ATTNC_OK);
+    t = t2(8, 1, bias);
+    t.rank = 1;
+    assert_int_equal(attnc_bind(b32, bs[i], &t, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b64, bs[i], &t, &e), ATTNC_OK);
+  }
+  x = t3(1, 3, 8, x32);
+  assert_int_equal(attnc_bind(b32, "x", &x, &e), ATTNC_OK);
+  x = t3(1, 3, 8, x64);
+  x.dtype = ATTNC_F64;
+  assert_int_equal(attnc_bind(b64, "x", &x, &e), ATTNC_OK);
+  for (round = 0; round < 3; round++) { /* new data in the same buffers, no rebinding */
+    for (i = 0; i < 24; i++) {
+      x64[i] = 0.1 * (i + 1) * (round + 1) + 1e-12; /* not an f32 value */
+      x32[i] = (float)x64[i];
+    }
+    o.data = o32;
+    assert_int_equal(attnc_run(b32, &o, &e), ATTNC_OK);
+    o.data = o64;
+    assert_int_equal(attnc_run(b64, &o, &e), ATTNC_OK);
+    assert_memory_equal(o32, o64, sizeof o32);
+  }
+  attnc_bindings_free(b32);
+  attnc_bindings_free(b64);
+  attnc_release(k);
 }
 
 static void test_runtime_torch_in_proj_and_output_check(void **state)
@@ -367,6 +538,8 @@ int main(void)
     cmocka_unit_test(test_runtime_missing_weight),
     cmocka_unit_test(test_runtime_shape_errors_name_tensor_and_axis),
     cmocka_unit_test(test_runtime_torch_in_proj_and_output_check),
+    cmocka_unit_test(test_runtime_binds_other_dtypes),
+    cmocka_unit_test(test_runtime_converted_inputs_follow_data),
     cmocka_unit_test(test_runtime_rebind_repacks),
     cmocka_unit_test(test_runtime_safetensors_prefix),
     cmocka_unit_test(test_runtime_dump_dir),
