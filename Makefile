@@ -25,7 +25,7 @@ endif
 GEN_SRC  := $(sort $(wildcard gen/*.lua))
 TMPL_SRC := $(sort $(wildcard templates/*))
 LIB_SRC  := runtime/error.c runtime/convert.c runtime/host.c runtime/jit_tcc.c runtime/jit_cc.c runtime/cc_index.c runtime/kernel.c \
-            runtime/bindings.c runtime/run.c runtime/safetensors.c runtime/explain.c \
+            runtime/bindings.c runtime/run.c runtime/quantize.c runtime/safetensors.c runtime/explain.c \
             runtime/pool.c runtime/prims.c runtime/prims_avx512.c runtime/prims_avx2.c
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 TESTS    := test_spec test_safetensors test_reference test_prims test_runtime test_kernels test_golden test_specs test_cli test_validation test_stress

@@ -33,6 +33,7 @@ static const char *USAGE =
   "  show     print the generated C (or its header, or a diff between two specs)\n"
   "  explain  canonical spec, tensors, bytes, FLOPs, scratch, arithmetic intensity\n"
   "  bench    time the kernel\n"
+  "  quantize int8 projection weights with per-row scales (no SPEC)\n"
   "\n"
   "`attnc COMMAND --help` describes each.\n"
   "\n"
@@ -128,6 +129,17 @@ static const char *help_for(const char *cmd)
            "  --header            print the header (NAME.h) instead\n"
            "  --diff SPEC2        print what changes in the generated code from SPEC to SPEC2 (e.g.\n"
            "                      mha -> gqa, ungated -> gated) as a unified diff; SPEC2 may be @FILE\n";
+  if (strcmp(cmd, "quantize") == 0)
+    return "usage: attnc quantize --tensors FILE... --out FILE [--prefix P]\n"
+           "Writes every projection weight it recognises (a 2-D float tensor whose name ends with\n"
+           "linear_q.weight, q_proj.weight, in_proj_weight, out_proj.weight, linear_g.weight, ...,\n"
+           "the whole name or after a '.') as I8 with an F32 NAME_scale per output row:\n"
+           "scale = max|row| / 127 (1 for a row of zeros), q = round-half-to-even(w / scale).\n"
+           "Every other tensor, biases included, is copied unchanged.\n"
+           "  --tensors FILE      a safetensors file; repeat for more files (names must not repeat)\n"
+           "  --out FILE          the safetensors file to write (replaced atomically)\n"
+           "  --prefix P          quantise only weights whose names start with P (one layer);\n"
+           "                      the others are copied unchanged\n";
   if (strcmp(cmd, "explain") == 0)
     return "usage: attnc explain SPEC [--dim NAME=N]...\n"
            "Prints the canonical spec, every tensor with its shape and bytes, FLOPs per step and in\n"
@@ -545,6 +557,95 @@ done:
   return rc;
 }
 
+/* ---- quantize ---- */
+
+static int cmd_quantize(struct cli *c)
+{
+  attnc_safetensors *files[MAX_FILES];
+  attnc_tensor *ts = NULL;
+  char **names = NULL;
+  void **owned = NULL;
+  size_t n = 0, cap = 0, i, j, nq = 0, ncopy = 0;
+  const size_t plen = c->prefix ? strlen(c->prefix) : 0;
+  attnc_error e;
+  int f, rc = 1;
+  if (c->nfiles == 0) return fail("quantize needs --tensors FILE%s", "");
+  if (!c->out) return fail("quantize needs --out FILE%s", "");
+  memset(files, 0, sizeof files);
+  for (f = 0; f < c->nfiles; f++) {
+    files[f] = attnc_st_open(c->files[f], &e);
+    if (!files[f]) { print_error(&e); goto done; }
+    for (i = 0; i < attnc_st_count(files[f]); i++) {
+      attnc_tensor t;
+      const char *name = attnc_st_name(files[f], i);
+      int quant;
+      if (attnc_st_get(files[f], i, &t) != ATTNC_OK) { fprintf(stderr, "attnc: error: %s: cannot read '%s'\n", c->files[f], name); goto done; }
+      quant = (!c->prefix || strncmp(name, c->prefix, plen) == 0) && attnc_quantize_takes(name, &t);
+      if (n + 2 > cap) { /* room for a weight and its scale */
+        size_t nc = cap ? 2 * cap : 64;
+        attnc_tensor *t2 = realloc(ts, nc * sizeof *ts);
+        char **n2 = t2 ? realloc(names, nc * sizeof *names) : NULL;
+        void **o2 = n2 ? realloc(owned, nc * sizeof *owned) : NULL;
+        if (t2) ts = t2;
+        if (n2) names = n2;
+        if (o2) owned = o2;
+        if (!o2) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+        cap = nc;
+      }
+      names[n] = strdup(name);
+      owned[n] = NULL;
+      ts[n] = t;
+      if (!names[n]) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+      n++;
+      if (!quant) { ncopy++; continue; }
+      {
+        attnc_tensor *q = &ts[n - 1], *s = &ts[n];
+        const size_t rows = (size_t)t.shape[0], cols = (size_t)t.shape[1];
+        names[n] = malloc(strlen(name) + 7);
+        owned[n] = malloc(sizeof(float) * (rows ? rows : 1));
+        owned[n - 1] = malloc(rows * cols > 0 ? rows * cols : 1);
+        n++;
+        if (!names[n - 1] || !owned[n - 1] || !owned[n - 2]) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+        sprintf(names[n - 1], "%s_scale", name);
+        if (attnc_quantize_int8(&t, owned[n - 2], owned[n - 1], &e) != ATTNC_OK) {
+          fprintf(stderr, "attnc: error: %s: tensor '%s': %s\n", c->files[f], name, e.message);
+          goto done;
+        }
+        q->dtype = ATTNC_I8;
+        q->data = owned[n - 2];
+        memset(s, 0, sizeof *s);
+        s->dtype = ATTNC_F32;
+        s->rank = 1;
+        s->shape[0] = (int64_t)rows;
+        s->data = owned[n - 1];
+        nq++;
+      }
+    }
+  }
+  /* a name in two files, or a scale name the input already has */
+  for (i = 0; i < n; i++)
+    for (j = i + 1; j < n; j++)
+      if (strcmp(names[i], names[j]) == 0) {
+        fprintf(stderr, "attnc: error: the output would hold '%s' twice (a name in two --tensors files, or a "
+                        "weight's _scale name that the input already has)\n", names[i]);
+        goto done;
+      }
+  if (attnc_st_write(c->out, n, (const char *const *)names, ts, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  printf("quantised %zu weight%s to int8 with per-row scales, copied %zu other tensor%s: wrote %s\n", nq,
+         nq == 1 ? "" : "s", ncopy, ncopy == 1 ? "" : "s", c->out);
+  rc = 0;
+done:
+  for (i = 0; i < n; i++) {
+    free(names[i]);
+    free(owned[i]);
+  }
+  free(names);
+  free(owned);
+  free(ts);
+  for (f = 0; f < c->nfiles; f++) attnc_st_close(files[f]);
+  return rc;
+}
+
 /* ---- check ---- */
 
 static int cmd_check(struct cli *c)
@@ -727,6 +828,14 @@ int main(int argc, char **argv)
   if ((rc = parse_args(&c, argc, argv)) != 0) {
     free(c.spec);
     return rc < 0 ? 0 : rc; /* -1: --help was printed */
+  }
+  if (strcmp(c.cmd, "quantize") == 0) {
+    if (c.spec) {
+      fprintf(stderr, "attnc: error: quantize takes no SPEC (it reads weights by name)\n%s", help);
+      free(c.spec);
+      return 2;
+    }
+    return cmd_quantize(&c);
   }
   if (!c.spec) {
     fprintf(stderr, "attnc: error: '%s' needs a SPEC (a quoted spec string or @FILE)\n%s", c.cmd, help);

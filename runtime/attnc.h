@@ -152,6 +152,15 @@ void attnc_st_close(attnc_safetensors *f);
 attnc_status attnc_st_write(const char *path, size_t n, const char *const *names,
                             const attnc_tensor *tensors, attnc_error *err);
 
+/* ---- int8 weights (attnc quantize) ---- */
+/* 1 when t is a 2-D float tensor whose name ends with a projection weight's
+ * name of any naming scheme (the whole name, or after a '.'); biases are not. */
+int attnc_quantize_takes(const char *name, const attnc_tensor *t);
+/* Quantise w (out, in) per output row: scale[r] = max|row r| / 127 (1 for
+ * a row of zeros), q[r][c] = round-half-to-even(w / scale), in f32; so
+ * w ~ q * scale.  q holds out*in values, scale out.  Non-finite weights are an error. */
+attnc_status attnc_quantize_int8(const attnc_tensor *w, int8_t *q, float *scale, attnc_error *err);
+
 /* ---- misc ---- */
 const char *attnc_strerror(attnc_status s);
 const char *attnc_dtype_name(attnc_dtype d);   /* "F32", ... as in safetensors */

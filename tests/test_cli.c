@@ -1203,6 +1203,115 @@ static void test_cli_run_save_attn(void **state)
   }
 }
 
+/* attnc quantize: projection weights (by the end of their names, after a
+ * '.', within the prefix) become I8 with an F32 NAME_scale per row, with
+ * ties rounded to even and a zero row's scale 1; every other tensor is
+ * copied bit for bit. */
+static void test_cli_quantize(void **state)
+{
+  /* row 0: max 127, so scale 1 and the halves show the rounding; row 1: zeros;
+   * row 2: max 2.54, every value a multiple of the scale 0.02 */
+  static const float w[12] = { 127, 2.5f, -2.5f, 1.5f, 0, 0, 0, 0, -2.54f, 0.5f, 0.02f, 1.27f };
+  static const int8_t want_q[12] = { 127, 2, -2, 2, 0, 0, 0, 0, -127, 25, 1, 64 }; /* 1.27 / 0.02 = 63.5: to even */
+  static const float bias[3] = { 0.25f, -1, 3 };
+  uint16_t gate_bf16[4] = { 0x3f80, 0xbf80, 0x4000, 0 }; /* 1, -1, 2, 0 */
+  const char *names[] = { "layers.0.attn.q_proj.weight", "layers.0.attn.q_proj.bias", "layers.1.linear_g.weight",
+                          "in_proj_weight", "my_q_proj.weight", "norm.weight" };
+  attnc_tensor ts[6];
+  char in[PATH_MAX + 64], out[PATH_MAX + 64], out2[PATH_MAX + 64];
+  attnc_error e;
+  attnc_safetensors *f;
+  attnc_tensor t;
+  cli_result r;
+  int i;
+  (void)state;
+  memset(ts, 0, sizeof ts);
+  for (i = 0; i < 6; i++) {
+    ts[i].dtype = ATTNC_F32;
+    ts[i].rank = 2;
+    ts[i].shape[0] = 3;
+    ts[i].shape[1] = 4;
+    ts[i].data = (void *)w;
+  }
+  ts[1].rank = 1;
+  ts[1].data = (void *)bias;
+  ts[2].dtype = ATTNC_BF16;
+  ts[2].shape[0] = 2;
+  ts[2].shape[1] = 2;
+  ts[2].data = gate_bf16;
+  assert_int_equal(attnc_st_write(wpath(in, sizeof in, "q_in.safetensors"), 6, names, ts, &e), ATTNC_OK);
+  CLI(r, "quantize", "--tensors", "q_in.safetensors", "--out", "q_out.safetensors");
+  EXPECT_EXIT0(r, "quantize");
+  EXPECT_HAS(r, r.out, "quantised 3 weights", "the count of quantised weights");
+  cli_free(&r);
+  f = attnc_st_open(wpath(out, sizeof out, "q_out.safetensors"), &e);
+  assert_non_null(f);
+  assert_int_equal(attnc_st_count(f), 9); /* 6 tensors and 3 scales */
+  assert_int_equal(attnc_st_find(f, "layers.0.attn.q_proj.weight", &t), ATTNC_OK);
+  assert_int_equal(t.dtype, ATTNC_I8);
+  assert_memory_equal(t.data, want_q, sizeof want_q);
+  assert_int_equal(attnc_st_find(f, "layers.0.attn.q_proj.weight_scale", &t), ATTNC_OK);
+  assert_int_equal(t.dtype, ATTNC_F32);
+  assert_int_equal(t.rank, 1);
+  assert_int_equal(t.shape[0], 3);
+  assert_true(((float *)t.data)[0] == 1.0f && ((float *)t.data)[1] == 1.0f && ((float *)t.data)[2] == 2.54f / 127.0f);
+  assert_int_equal(attnc_st_find(f, "in_proj_weight_scale", &t), ATTNC_OK);
+  assert_int_equal(attnc_st_find(f, "layers.1.linear_g.weight", &t), ATTNC_OK); /* bf16 in, I8 out: 127, -127, 127, 0 */
+  assert_int_equal(t.dtype, ATTNC_I8);
+  assert_true(((int8_t *)t.data)[0] == 127 && ((int8_t *)t.data)[1] == -127 && ((int8_t *)t.data)[2] == 127 &&
+              ((int8_t *)t.data)[3] == 0);
+  assert_int_equal(attnc_st_find(f, "layers.0.attn.q_proj.bias", &t), ATTNC_OK); /* copied */
+  assert_int_equal(t.dtype, ATTNC_F32);
+  assert_memory_equal(t.data, bias, sizeof bias);
+  assert_int_equal(attnc_st_find(f, "my_q_proj.weight", &t), ATTNC_OK); /* not after a '.': copied */
+  assert_int_equal(t.dtype, ATTNC_F32);
+  assert_int_equal(attnc_st_find(f, "norm.weight", &t), ATTNC_OK);
+  assert_int_equal(t.dtype, ATTNC_F32);
+  assert_int_equal(attnc_st_find(f, "norm.weight_scale", &t), ATTNC_EMISSING);
+  attnc_st_close(f);
+
+  /* with a prefix, only that layer's weights */
+  CLI(r, "quantize", "--tensors", "q_in.safetensors", "--out", "q_out2.safetensors", "--prefix", "layers.0.");
+  EXPECT_EXIT0(r, "quantize --prefix");
+  cli_free(&r);
+  f = attnc_st_open(wpath(out2, sizeof out2, "q_out2.safetensors"), &e);
+  assert_non_null(f);
+  assert_int_equal(attnc_st_count(f), 7);
+  assert_int_equal(attnc_st_find(f, "layers.1.linear_g.weight", &t), ATTNC_OK);
+  assert_int_equal(t.dtype, ATTNC_BF16);
+  assert_int_equal(attnc_st_find(f, "in_proj_weight", &t), ATTNC_OK);
+  assert_int_equal(t.dtype, ATTNC_F32);
+  attnc_st_close(f);
+
+  /* quantised weights are I8, not float: quantising again copies all 9 */
+  CLI(r, "quantize", "--tensors", "q_out.safetensors", "--out", "q_out3.safetensors");
+  EXPECT_EXIT0(r, "quantize twice");
+  EXPECT_HAS(r, r.out, "quantised 0 weights to int8 with per-row scales, copied 9 other tensors", "nothing twice");
+  cli_free(&r);
+  /* a float weight beside a tensor already named like its scale; a NaN; a SPEC */
+  {
+    const char *two[2] = { "k_proj.weight", "k_proj.weight_scale" };
+    attnc_tensor tw[2];
+    tw[0] = ts[0];
+    tw[1] = ts[1];
+    assert_int_equal(attnc_st_write(wpath(out2, sizeof out2, "q_two.safetensors"), 2, two, tw, &e), ATTNC_OK);
+  }
+  CLI(r, "quantize", "--tensors", "q_two.safetensors", "--out", "q_out3.safetensors");
+  EXPECT_FAIL(r, "a scale name taken");
+  EXPECT_HAS(r, r.err, "would hold 'k_proj.weight_scale' twice", "the repeated name");
+  cli_free(&r);
+  gate_bf16[1] = 0x7fc0;
+  assert_int_equal(attnc_st_write(in, 6, names, ts, &e), ATTNC_OK);
+  CLI(r, "quantize", "--tensors", "q_in.safetensors", "--out", "q_out3.safetensors");
+  EXPECT_FAIL(r, "quantize a NaN");
+  EXPECT_HAS(r, r.err, "tensor 'layers.1.linear_g.weight': row 0 holds nan at column 1", "where the NaN is");
+  cli_free(&r);
+  CLI(r, "quantize", "mha x=B,S,8 heads=2", "--tensors", "q_in.safetensors", "--out", "q_out3.safetensors");
+  EXPECT_FAIL(r, "quantize with a spec");
+  EXPECT_HAS(r, r.err, "quantize takes no SPEC", "the message");
+  cli_free(&r);
+}
+
 /* A bf16 checkpoint and bf16 inputs run as they are: bound and converted
  * to the kernel's f32 (the values here are exact in bf16). */
 static void test_cli_run_bf16_checkpoint(void **state)
@@ -1700,6 +1809,7 @@ int main(void)
     cmocka_unit_test(test_cli_spec_file_is_directory),
     cmocka_unit_test(test_cli_show),
     cmocka_unit_test(test_cli_run_bf16_checkpoint),
+    cmocka_unit_test(test_cli_quantize),
     cmocka_unit_test(test_cli_show_plain),
     cmocka_unit_test(test_cli_plain_gen_run_check),
     cmocka_unit_test(test_cli_show_bytecode_equals_text),
