@@ -9,7 +9,7 @@
 # prims_avx512.c on the icelake-server model (llvm-mca 14 has no AVX-512
 # AMD model).  For a machine that lacks the ISA, this is the only number
 # there is; how the estimates track measured times is in
-# docs/performance.md.
+# the git history of docs/performance.md.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 command -v llvm-mca >/dev/null || { echo "mca_exp: llvm-mca is missing (Debian: apt-get install llvm)" >&2; exit 1; }
