@@ -64,6 +64,7 @@ static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, r
   memset(p, 0, sizeof *p);
   memset(rt, 0, sizeof *rt);
   p->core = g->core;
+  p->bshc = g->layout_bshc;
   if (g->core) {
     const attnc_tensor *q = &bufs[ATTNC_SLOT_Q].t, *kk = &bufs[ATTNC_SLOT_K].t;
     p->rank = q->rank;

@@ -97,7 +97,9 @@ static int resolve_core(const ref_problem *p, geom *g)
     if (p->kv[a] != p->x[a]) return -1;
     g->batch[a] = p->x[a];
   }
-  long H = p->x[r - 3], G = p->kv[r - 3], c = p->x[r - 1];
+  /* (*, H, S, c), or (*, S, H, c) with layout bshc */
+  const int hd = p->bshc ? r - 2 : r - 3, sd = p->bshc ? r - 3 : r - 2;
+  long H = p->x[hd], G = p->kv[hd], c = p->x[r - 1];
   if (p->kv[r - 1] != c) return -1;
   if (H % G != 0) return -1;
   /* The shapes are the truth; H/G/c in the problem, when set, must agree. */
@@ -105,8 +107,8 @@ static int resolve_core(const ref_problem *p, geom *g)
   g->H = (int)H;
   g->G = (int)G;
   g->c = (int)c;
-  g->Sq = p->x[r - 2];
-  g->Sk = p->kv[r - 2];
+  g->Sq = p->x[sd];
+  g->Sk = p->kv[sd];
   g->Sl = g->Sq;
   g->Sout = g->Sq;
   g->kvw = c;
@@ -306,7 +308,8 @@ static int run_core(const ref_problem *p, const ref_tensors *t, const geom *g, d
   long bidx[REF_MAX_RANK];
   for (long b = 0; b < g->nbatch; b++) {
     batch_index(g, b, bidx);
-    /* q_b: (H, Sq, c); k_b, v_b: (G, Sk, c); out_b: (H, Sq, c) */
+    /* q_b: (H, Sq, c); k_b, v_b: (G, Sk, c); out_b: (H, Sq, c); or with
+     * layout bshc (Sq, H, c), (Sk, G, c), (Sq, H, c) */
     const double *q_b = t->q + b * H * Sq * c;
     const double *k_b = t->k + b * G * Sk * c;
     const double *v_b = t->v + b * G * Sk * c;
@@ -314,8 +317,9 @@ static int run_core(const ref_problem *p, const ref_tensors *t, const geom *g, d
     for (int h = 0; h < H; h++) {
       long kvh = h / (H / G);   /* GQA: H/G consecutive query heads share one kv head */
       for (long i = 0; i < Sq; i++)
-        attend_row(p, t, g, bidx, h, i, q_b + (h * Sq + i) * c, k_b + kvh * Sk * c,
-                   v_b + kvh * Sk * c, c, w, vis, o_b + (h * Sq + i) * c,
+        attend_row(p, t, g, bidx, h, i, q_b + (p->bshc ? i * H + h : h * Sq + i) * c,
+                   k_b + kvh * (p->bshc ? 1 : Sk) * c, v_b + kvh * (p->bshc ? 1 : Sk) * c, p->bshc ? G * c : c, w, vis,
+                   o_b + (p->bshc ? i * H + h : h * Sq + i) * c,
                    t->weights ? t->weights + ((b * H + h) * Sq + i) * Sk : NULL);
     }
   }

@@ -11,6 +11,7 @@ enum { REF_EMPTY_ZERO = 0, REF_EMPTY_UNIFORM, REF_EMPTY_NAN };
 
 typedef struct ref_problem {
   int core;                 /* mode=core: q (*,H,Sq,c), k and v (*,G,Sk,c) */
+  int bshc;                 /* mode=core, layout=bshc: q (*,Sq,H,c), k and v (*,Sk,G,c), out like q */
   /* full mode: x and kv shapes (kv = x for self-attention), last dim = width */
   int rank;                 /* rank of x (and kv); in core mode rank of q (and k, v) */
   long x[REF_MAX_RANK];     /* full: x shape; core: q shape */

@@ -90,8 +90,13 @@ local function buffers(p)
     for i = 1, r - 3 do qs[i] = s.q[i]; ks[i] = s.kv[i] end
     local q_sym, k_sym = {}, {}
     for i, d in ipairs(qs) do q_sym[i] = d; k_sym[i] = ks[i] end
-    insert(q_sym, "H"); insert(q_sym, "Sq"); insert(q_sym, "c")
-    insert(k_sym, "G"); insert(k_sym, "Sk"); insert(k_sym, "c")
+    if s.layout == "bshc" then
+      insert(q_sym, "Sq"); insert(q_sym, "H"); insert(q_sym, "c")
+      insert(k_sym, "Sk"); insert(k_sym, "G"); insert(k_sym, "c")
+    else
+      insert(q_sym, "H"); insert(q_sym, "Sq"); insert(q_sym, "c")
+      insert(k_sym, "G"); insert(k_sym, "Sk"); insert(k_sym, "c")
+    end
     row("q", "queries", q_sym, s.q)
     row("k", "keys", k_sym, s.kv)
     row("v", "values", k_sym, s.kv)
@@ -189,6 +194,7 @@ function M.fast(p)
   env.mask_offset = #mo > 0 and concat(mo, " + ") or "0"
   env.global, env.gated, env.global_masked = p.global or false, p.gated or false, p.global_masked or false
   env.self = p.self
+  env.layout = p.spec.layout
   env.bias_h, env.bias_i, env.bias_j = p.bias_h or false, p.bias_i or false, p.bias_j or false
   -- the paths the schedule may take (plan.schedule): the template writes no other
   local k = p.sched

@@ -137,10 +137,17 @@ function M.env(p)
   elseif p.G == p.H then e.kv_block = "(b * G + h)"
   else e.kv_block = "(b * G + h / HEADS_PER_KV)" end
 
+  e.bshc = s.layout == "bshc"
   if p.core then
     local lead = copy(s.q, s.rank - 3)
-    e.q_shape = shape(with(lead, "H", "Sq", "c"), s.q)
-    e.kv_shape = shape(with(copy(s.kv, s.rank - 3), "G", "Sk", "c"), s.kv)
+    if e.bshc then
+      e.q_shape = shape(with(lead, "Sq", "H", "c"), s.q)
+      e.kv_shape = shape(with(copy(s.kv, s.rank - 3), "Sk", "G", "c"), s.kv)
+      e.row, e.inner_arg, e.inner_param = "b * len + i", "", "" -- q rows (batch, Sq) of H*c
+    else
+      e.q_shape = shape(with(lead, "H", "Sq", "c"), s.q)
+      e.kv_shape = shape(with(copy(s.kv, s.rank - 3), "G", "Sk", "c"), s.kv)
+    end
   else
     -- rows of x (and kv, out): attention position i of batch element b
     -- is row (b / inner * len + i) * inner + b % inner, inner = the

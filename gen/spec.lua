@@ -32,7 +32,7 @@ local KEYS = {
   heads = "int", kv_heads = "int", head_dim = "int", qkv_bias = "bool",
   out_bias = "bool", gated = "bool", global = "bool", global_mean = "enum",
   bias = "shape", mask = "enum", causal = "enum", window = "pair", scale = "float",
-  empty_rows = "enum", mode = "enum", dtype = "enum", name = "ident",
+  empty_rows = "enum", mode = "enum", dtype = "enum", name = "ident", layout = "enum",
 }
 local ENUMS = {
   preset = { "alphafold", "mha", "mqa", "gqa" },
@@ -41,11 +41,12 @@ local ENUMS = {
   causal = { "top_left", "bottom_right", "none", "true", "false" },
   empty_rows = { "zero", "uniform", "nan" },
   mode = { "full", "core" },
+  layout = { "bhsc", "bshc" },
   dtype = { "f32", "f64" },
 }
 local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias = "true", out_bias = "true" }
 local KEY_ORDER = {
-  "preset", "mode", "x", "kv", "q", "attn_dim", "heads", "kv_heads", "head_dim", "qkv_bias",
+  "preset", "mode", "x", "kv", "q", "layout", "attn_dim", "heads", "kv_heads", "head_dim", "qkv_bias",
   "out_bias", "gated", "global", "global_mean", "bias", "mask", "causal", "window", "scale",
   "empty_rows", "dtype", "name",
 }
@@ -299,9 +300,14 @@ function M.parse(text)
     for _, k in ipairs({ "x", "attn_dim", "head_dim", "qkv_bias", "out_bias", "gated", "global", "global_mean" }) do
       forbid(k, "does not apply in mode=core (core mode takes already-projected q, k, v)")
     end
-    if not raw.q then fail(whole, "mode=core needs the query shape, e.g. q=B,8,S,64 (*, heads, Sq, head_dim)") end
+    -- layout bhsc: q (*, heads, Sq, head_dim); bshc: q (*, Sq, heads, head_dim), as projections leave it
+    local layout = get("layout", "bhsc")
+    local order = layout == "bshc" and "(*, Sq, heads, head_dim)" or "(*, heads, Sq, head_dim)"
+    if not raw.q then
+      fail(whole, "mode=core needs the query shape, e.g. q=%s %s", layout == "bshc" and "B,S,8,64" or "B,8,S,64", order)
+    end
     local q = raw.q.value
-    if #q < 3 then fail(raw.q.pos, "q must have at least 3 dims (*, heads, Sq, head_dim), got %d", #q) end
+    if #q < 3 then fail(raw.q.pos, "q must have at least 3 dims %s, got %d", order, #q) end
     if #q > M.MAX_RANK + 1 then fail(raw.q.pos, "q has %d dims; at most %d are supported", #q, M.MAX_RANK + 1) end
     local kv = raw.kv and raw.kv.value or q
     local kvpos = raw.kv and raw.kv.pos or raw.q.pos
@@ -312,11 +318,13 @@ function M.parse(text)
         fail(kvpos, "batch dim %d of kv (%s) differs from q's (%s)", i, tostring(kv[i]), tostring(q[i]))
       end
     end
-    local H, c = q[r - 2], q[r]
-    if type(H) ~= "number" then fail(raw.q.pos, "the heads dim of q (dim %d) must be a number, got '%s'", r - 2, H) end
+    local hd, sd = r - 2, r - 1 -- the heads and the sequence dims
+    if layout == "bshc" then hd, sd = r - 1, r - 2 end
+    local H, c = q[hd], q[r]
+    if type(H) ~= "number" then fail(raw.q.pos, "the heads dim of q (dim %d of %s) must be a number, got '%s'", hd, order, H) end
     if type(c) ~= "number" then fail(raw.q.pos, "head_dim (last dim of q) must be a number, got '%s'", c) end
-    local G, ck = kv[r - 2], kv[r]
-    if type(G) ~= "number" then fail(kvpos, "the kv heads dim of kv (dim %d) must be a number, got '%s'", r - 2, G) end
+    local G, ck = kv[hd], kv[r]
+    if type(G) ~= "number" then fail(kvpos, "the kv heads dim of kv (dim %d of %s) must be a number, got '%s'", hd, order, G) end
     if ck ~= c then fail(kvpos, "the last dim of kv (%s) must equal q's head_dim %d", tostring(ck), c) end
     if H > M.MAX_HEADS then fail(raw.q.pos, "%d heads is more than the limit %d", H, M.MAX_HEADS) end
     if c > M.MAX_HEAD_DIM then fail(raw.q.pos, "head_dim %d is more than the limit %d", c, M.MAX_HEAD_DIM) end
@@ -332,10 +340,13 @@ function M.parse(text)
     s.heads, s.kv_heads, s.head_dim = H, G, c
     s.rank = r
     s.batch_rank = r - 3
-    s.Sq, s.Sk = q[r - 1], kv[r - 1]
+    s.Sq, s.Sk = q[sd], kv[sd]
+    s.layout = layout
     s.qkv_bias, s.out_bias, s.gated, s.global = false, false, false, false
   else
     forbid("q", "is for mode=core; in full mode the query input is x")
+    forbid("layout", "is for mode=core; full mode lays out its own projections")
+    s.layout = "bhsc"
     if not raw.x then fail(whole, "missing key 'x': the query input shape, e.g. x=B,S,512") end
     local x = raw.x.value
     local r = #x
@@ -544,6 +555,7 @@ function M.canonical(s, noname)
   if s.mode == "core" then
     add("q", shape_str(s.q))
     add("kv", shape_str(s.kv))
+    if s.layout ~= "bhsc" then add("layout", s.layout) end -- v1 canonical strings keep their form
   else
     add("x", shape_str(s.x))
     if not s.self then add("kv", shape_str(s.kv)) end

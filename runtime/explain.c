@@ -138,8 +138,8 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
     if (g.core) {
       const attnc_shape *q = &g.shape[ATTNC_SLOT_Q], *k = &g.shape[ATTNC_SLOT_K];
       for (i = 0; i < q->rank - 3; i++) nb *= dimval(&g, q->dim[i], names, values, n);
-      Sq = dimval(&g, q->dim[q->rank - 2], names, values, n);
-      Sk = dimval(&g, k->dim[k->rank - 2], names, values, n);
+      Sq = dimval(&g, q->dim[q->rank - (g.layout_bshc ? 3 : 2)], names, values, n);
+      Sk = dimval(&g, k->dim[k->rank - (g.layout_bshc ? 3 : 2)], names, values, n);
       scratch = Sk * (double)es;
     } else {
       const attnc_shape *x = &g.shape[ATTNC_SLOT_X], *kv = g.self ? x : &g.shape[ATTNC_SLOT_KV];

@@ -452,6 +452,7 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   g->gated = (int)int_field(L, sp, "gated");
   g->global = (int)int_field(L, sp, "global");
   g->global_masked = strcmp(str_field(L, sp, "global_mean"), "masked") == 0;
+  g->layout_bshc = strcmp(str_field(L, sp, "layout"), "bshc") == 0;
   s = str_field(L, sp, "causal");
   g->causal = key_index(CAUSAL_KEYS, ATTNC_CAUSAL_COUNT, s);
   s = str_field(L, sp, "empty_rows");

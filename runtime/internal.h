@@ -38,7 +38,7 @@ typedef struct attnc_gen {
   attnc_shape mask;        /* batch axes then Sk */
   /* the semantics, for the reference checker and explain */
   int core, rank, axis, self, heads, kv_heads, head_dim, qkv_bias, out_bias;
-  int gated, global, global_masked, has_window;
+  int gated, global, global_masked, has_window, layout_bshc;
   int causal, empty_rows;  /* enum attnc_causal, enum attnc_empty_rows */
   int64_t window_l, window_r, c_in, c_kv;
   double scale;

@@ -188,6 +188,10 @@ static void sweep_features(attnc_backend be)
     "mha mode=core q=2,3,4,S,8 kv=2,3,1,T,8 bias=2,4,S,T causal mask=key",
     "mha mode=core q=1,32,1,16 kv=1,8,S,16 mask=key",
     "mha mode=core q=B,4,S,8 window=2,2 empty_rows=nan mask=key",
+    "mha mode=core q=B,S,4,8 layout=bshc",
+    "mha mode=core q=B,S,4,8 kv=B,T,2,8 layout=bshc causal=bottom_right mask=key bias=B,4,S,T",
+    "mha mode=core q=1,1,32,16 kv=1,S,8,16 layout=bshc mask=key",
+    "mha mode=core q=2,3,S,4,8 kv=2,3,T,1,8 layout=bshc window=2,1 dtype=f64",
     "mha x=B,S,16 heads=2 dtype=f64 causal mask=key",
     "alphafold x=2,S,12 heads=3 head_dim=4 gated bias=3,S,S mask=key dtype=f64",
     "mha mode=core q=B,4,S,8 dtype=f64 causal=bottom_right",
@@ -221,6 +225,83 @@ static int generated_has(const char *spec, const char *needle)
   free(src);
   free(hdr);
   return has;
+}
+
+/* layout=bshc against the default layout on the same numbers, transposed:
+ * the two kernels must agree to the last bit (a check of the layout that
+ * does not go through the reference's own reading of it), on 1 and 2
+ * threads, with key splits (a decoding query over 2000 keys) and without. */
+static void test_kernels_layout_bshc_is_a_transpose(void **s)
+{
+  static const struct { const char *bhsc, *bshc; long B, H, G, Sq, Sk; } cases[] = {
+    { "mha mode=core q=2,4,S,16 kv=2,2,T,16 causal=bottom_right", "mha mode=core q=2,S,4,16 kv=2,T,2,16 layout=bshc causal=bottom_right", 2, 4, 2, 37, 45 },
+    { "mha mode=core q=1,8,S,32 kv=1,2,T,32", "mha mode=core q=1,S,8,32 kv=1,T,2,32 layout=bshc", 1, 8, 2, 1, 2000 },
+  };
+  size_t c;
+  (void)s;
+  for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const long B = cases[c].B, H = cases[c].H, G = cases[c].G, Sq = cases[c].Sq, Sk = cases[c].Sk, C = (c == 0 ? 16 : 32);
+    const size_t nq = (size_t)(B * H * Sq * C), nk = (size_t)(B * G * Sk * C);
+    float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
+    float *qt = malloc(nq * sizeof *q), *kt = malloc(nk * sizeof *k), *vt = malloc(nk * sizeof *v);
+    float *o = malloc(nq * sizeof *o), *ot = malloc(nq * sizeof *o);
+    unsigned long seed = 12345;
+    long b, h, i, d;
+    int threads, plain;
+    assert_true(q && k && v && qt && kt && vt && o && ot);
+    for (i = 0; i < (long)nq; i++) { seed = seed * 6364136223846793005UL + 1; q[i] = (float)((seed >> 33) % 2001) / 1000.0f - 1; }
+    for (i = 0; i < (long)nk; i++) { seed = seed * 6364136223846793005UL + 1; k[i] = (float)((seed >> 33) % 2001) / 1000.0f - 1; }
+    for (i = 0; i < (long)nk; i++) { seed = seed * 6364136223846793005UL + 1; v[i] = (float)((seed >> 33) % 2001) / 1000.0f - 1; }
+    /* (B, H, S, C) -> (B, S, H, C) */
+    for (b = 0; b < B; b++)
+      for (h = 0; h < H; h++)
+        for (i = 0; i < Sq; i++)
+          for (d = 0; d < C; d++) qt[((b * Sq + i) * H + h) * C + d] = q[((b * H + h) * Sq + i) * C + d];
+    for (b = 0; b < B; b++)
+      for (h = 0; h < G; h++)
+        for (i = 0; i < Sk; i++)
+          for (d = 0; d < C; d++) {
+            kt[((b * Sk + i) * G + h) * C + d] = k[((b * G + h) * Sk + i) * C + d];
+            vt[((b * Sk + i) * G + h) * C + d] = v[((b * G + h) * Sk + i) * C + d];
+          }
+    for (plain = 0; plain < 2; plain++)
+      for (threads = 1; threads <= 2; threads++) {
+        attnc_options opts = { ATTNC_BACKEND_TCC, threads, NULL, plain ? ATTNC_FORM_PLAIN : ATTNC_FORM_FAST };
+        attnc_error e;
+        attnc_kernel *k1 = attnc_compile(cases[c].bhsc, &opts, &e), *k2 = attnc_compile(cases[c].bshc, &opts, &e);
+        attnc_bindings *b1, *b2;
+        attnc_tensor tq = { ATTNC_F32, 4, { B, H, Sq, C }, q }, tk = { ATTNC_F32, 4, { B, G, Sk, C }, k },
+                     tv = { ATTNC_F32, 4, { B, G, Sk, C }, v }, to = { ATTNC_F32, 4, { B, H, Sq, C }, o };
+        attnc_tensor uq = { ATTNC_F32, 4, { B, Sq, H, C }, qt }, uk = { ATTNC_F32, 4, { B, Sk, G, C }, kt },
+                     uv = { ATTNC_F32, 4, { B, Sk, G, C }, vt }, uo = { ATTNC_F32, 4, { B, Sq, H, C }, ot };
+        assert_non_null(k1);
+        assert_non_null(k2);
+        b1 = attnc_bindings_new(k1);
+        b2 = attnc_bindings_new(k2);
+        assert_int_equal(attnc_bindings_set_threads(b1, threads, &e), ATTNC_OK);
+        assert_int_equal(attnc_bindings_set_threads(b2, threads, &e), ATTNC_OK);
+        assert_int_equal(attnc_bind(b1, "q", &tq, &e), ATTNC_OK);
+        assert_int_equal(attnc_bind(b1, "k", &tk, &e), ATTNC_OK);
+        assert_int_equal(attnc_bind(b1, "v", &tv, &e), ATTNC_OK);
+        assert_int_equal(attnc_bind(b2, "q", &uq, &e), ATTNC_OK);
+        assert_int_equal(attnc_bind(b2, "k", &uk, &e), ATTNC_OK);
+        assert_int_equal(attnc_bind(b2, "v", &uv, &e), ATTNC_OK);
+        if (attnc_run(b1, &to, &e) != ATTNC_OK || attnc_run(b2, &uo, &e) != ATTNC_OK) fail_msg("run: %s", e.message);
+        for (b = 0; b < B; b++)
+          for (h = 0; h < H; h++)
+            for (i = 0; i < Sq; i++)
+              for (d = 0; d < C; d++)
+                if (ot[((b * Sq + i) * H + h) * C + d] != o[((b * H + h) * Sq + i) * C + d])
+                  fail_msg("%s (%s form, %d threads): out[%ld][%ld][%ld][%ld] is %.9g, the bhsc kernel's %.9g", cases[c].bshc,
+                           plain ? "plain" : "fast", threads, b, i, h, d, (double)ot[((b * Sq + i) * H + h) * C + d],
+                           (double)o[((b * H + h) * Sq + i) * C + d]);
+        attnc_bindings_free(b1);
+        attnc_bindings_free(b2);
+        attnc_release(k1);
+        attnc_release(k2);
+      }
+    free(q); free(k); free(v); free(qt); free(kt); free(vt); free(o); free(ot);
+  }
 }
 
 /* The fast form holds only the paths this spec and its known dims can
@@ -450,6 +531,7 @@ int main(void)
     cmocka_unit_test(test_kernels_no_prims_tcc), cmocka_unit_test(test_kernels_threads_identical),
     cmocka_unit_test(test_kernels_plain_form_tcc), cmocka_unit_test(test_kernels_plain_form_cc),
     cmocka_unit_test(test_kernels_fast_form_decides),
+    cmocka_unit_test(test_kernels_layout_bshc_is_a_transpose),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -628,6 +628,27 @@ static void test_spec_key_empty_rows(void **state)
   assert_word(c, "empty_rows=nan");
 }
 
+/* layout=bshc: core mode's q, k, v and out as (*, S, H, c); written only
+ * when it is not the default, so v1 specs keep their canonical strings;
+ * the heads come from the third-last dim. */
+static void test_spec_key_layout(void **state)
+{
+  char c[CANON_MAX], d[CANON_MAX];
+  (void)state;
+  canon("mha mode=core q=B,S,8,64 kv=B,T,2,64 layout=bshc causal=bottom_right", c);
+  assert_word(c, "layout=bshc");
+  assert_word(c, "q=B,S,8,64");
+  assert_word(c, "scale=0.125");
+  canon("mha mode=core q=B,8,S,64 layout=bhsc", c);
+  canon("mha mode=core q=B,8,S,64", d);
+  assert_string_equal(c, d);
+  assert_false(has_key(c, "layout"));
+  expect_err_named("mha x=B,S,64 heads=4 layout=bshc", NULL, 1, 22, "'layout' is for mode=core");
+  expect_err_named("mha mode=core q=B,S,3,64 kv=B,T,2,64 layout=bshc", NULL, 1, 29, "not divisible by kv heads 2");
+  expect_err_named("mha mode=core q=B,S,H,64 layout=bshc", NULL, 1, 17, "the heads dim of q (dim 3 of (*, Sq, heads, head_dim))");
+  expect_err_named("mha mode=core q=B,S,4,64 layout=bsch", NULL, 1, 33, "layout must be one of bhsc, bshc");
+}
+
 static void test_spec_key_mode_core(void **state)
 {
   char c[CANON_MAX];
@@ -1844,6 +1865,7 @@ int main(void)
     cmocka_unit_test(test_spec_key_window),
     cmocka_unit_test(test_spec_key_scale),
     cmocka_unit_test(test_spec_key_empty_rows),
+    cmocka_unit_test(test_spec_key_layout),
     cmocka_unit_test(test_spec_key_mode_core),
     cmocka_unit_test(test_spec_key_dtype),
     cmocka_unit_test(test_spec_key_name),
