@@ -98,7 +98,7 @@ fi
 
 ATTNC_SUM=$(cksum <"$ATTNC")
 PEAK_BIN=$(dirname "$ATTNC")/fma_peak
-peak() { [ -x "$PEAK_BIN" ] && "$PEAK_BIN" "$THREADS" </dev/null 2>/dev/null | json_num gflops; }
+peak_json() { [ -x "$PEAK_BIN" ] && "$PEAK_BIN" "$THREADS" </dev/null 2>/dev/null; }
 
 # ---- the machine ----
 MODEL=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
@@ -125,7 +125,8 @@ EOF
 ) || exit 2
 
 json_num() { sed -n "s/.*\"$1\": *\([-0-9.e+]*\).*/\1/p" | head -n 1; }
-PEAK_BEFORE=$(peak)
+PEAK_JSON=$(peak_json)
+PEAK_BEFORE=$(echo "$PEAK_JSON" | json_num gflops)
 
 err_line() { # peer message-file
   printf '{"case": "%s", "peer": "%s", "error": "%s"}\n' "$ID" "$1" "$(tr -d '"\\' <"$2" | tr '\n' ' ')"
@@ -163,11 +164,14 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 done
 
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-PEAK_AFTER=$(peak)
+PEAK_AFTER=$(peak_json | json_num gflops)
 PEAK=${BENCH_PEAK_GFLOPS:-$(awk -v a="${PEAK_BEFORE:-0}" -v b="${PEAK_AFTER:-0}" 'BEGIN { m = a > b ? a : b; if (m > 0) print m }')}
 if [ -z "${BENCH_PEAK_GFLOPS:-}" ]; then
   if [ -n "$PEAK" ]; then echo "FMA peak, $THREADS thread(s), measured by $PEAK_BIN: ${PEAK_BEFORE:-?} GFLOP/s before the suite, ${PEAK_AFTER:-?} after (the higher counts)"
   else echo "bench: warning: $PEAK_BIN did not run (make $PEAK_BIN); the peak is the issue's 250 GFLOP/s per thread" >&2; fi
+  BF16=$(echo "$PEAK_JSON" | json_num bf16_gflops)
+  VNNI=$(echo "$PEAK_JSON" | json_num vnni_gops)
+  echo "16- and 8-bit dot-product peaks, $THREADS thread(s), before the suite: bf16 (vdpbf16ps) ${BF16:-none: no AVX512-BF16} GFLOP/s, int8 (vpdpbusd) ${VNNI:-none: no AVX512-VNNI} GOP/s"
   # A reading at N threads below 0.8 x N one-thread peaks means the
   # threads did not get N cores while it ran: then N one-thread peaks
   # count instead, so that core B's share is not flattered.
