@@ -199,7 +199,8 @@ function M.fast(p)
   -- the paths the schedule may take (plan.schedule): the template writes no other
   local k = p.sched
   env.fast_ok, env.split_ok, env.fuse_ok, env.head_ok = k.prims, k.split, k.fuse, k.by_head
-  env.hm_ok, env.kv_hm_ok, env.bias_t_ok = k.hm, k.kv_hm, k.bias_t
+  env.hm_ok, env.kv_hm_ok, env.bias_t_ok, env.kv_t_ok = k.hm, k.kv_hm, k.bias_t, k.kv_t
+  env.phase0 = not p.core or k.bias_t or k.kv_t -- phase 0 has items
   if not p.core then
     local s = p.spec
     local xr, kr = {}, {}

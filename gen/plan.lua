@@ -177,6 +177,9 @@ function M.schedule(p)
   k.hm = k.prims and not p.core and p.C % 32 == 0
   k.kv_hm = k.hm and tostring(p.kv_step) == "1"
   k.by_head = whole and k.hm and (not nb or nb * p.G >= 2)
+  -- layout bshc: k and v copied head by head into contiguous blocks, when
+  -- enough query rows (more than one tile's worth per kv head) reuse each key
+  k.kv_t = k.prims and p.core and p.spec.layout == "bshc" and (not sq or sq * p.HPG > 16)
   -- a bias shared by every batch element, transposed once per run
   local shared = true
   for _, ax in ipairs(p.batch) do

@@ -329,6 +329,9 @@ static void test_kernels_fast_form_decides(void **s)
     { "mha x=B,S,64 heads=4 causal mask=key bias=B,4,S,S", "t->mask[", 1 },
     { "mha x=B,S,64 heads=4 causal mask=key bias=B,4,S,S", "t->hi_off <", 1 },
     { "alphafold x=1,S,64 heads=2 head_dim=16 bias=2,S,S", "transpose_bias", 0 }, /* one element: no transposed copy */
+    { "mha mode=core q=B,S,4,16 layout=bshc", "sc->k_t", 1 },              /* bshc: k and v copied head by head */
+    { "mha mode=core q=1,1,32,16 kv=1,S,8,16 layout=bshc", "k_t", 0 },     /* a decoding step reads them as they are */
+    { "mha mode=core q=B,4,S,16", "k_t", 0 },
   };
   size_t i;
   (void)s;
