@@ -321,10 +321,11 @@ function M.parse(text)
     local hd, sd = r - 2, r - 1 -- the heads and the sequence dims
     if layout == "bshc" then hd, sd = r - 1, r - 2 end
     local H, c = q[hd], q[r]
-    if type(H) ~= "number" then fail(raw.q.pos, "the heads dim of q (dim %d of %s) must be a number, got '%s'", hd, order, H) end
+    local of = layout == "bshc" and (" of " .. order) or ""
+    if type(H) ~= "number" then fail(raw.q.pos, "the heads dim of q (dim %d%s) must be a number, got '%s'", hd, of, H) end
     if type(c) ~= "number" then fail(raw.q.pos, "head_dim (last dim of q) must be a number, got '%s'", c) end
     local G, ck = kv[hd], kv[r]
-    if type(G) ~= "number" then fail(kvpos, "the kv heads dim of kv (dim %d of %s) must be a number, got '%s'", hd, order, G) end
+    if type(G) ~= "number" then fail(kvpos, "the kv heads dim of kv (dim %d%s) must be a number, got '%s'", hd, of, G) end
     if ck ~= c then fail(kvpos, "the last dim of kv (%s) must equal q's head_dim %d", tostring(ck), c) end
     if H > M.MAX_HEADS then fail(raw.q.pos, "%d heads is more than the limit %d", H, M.MAX_HEADS) end
     if c > M.MAX_HEAD_DIM then fail(raw.q.pos, "head_dim %d is more than the limit %d", c, M.MAX_HEAD_DIM) end
