@@ -155,10 +155,10 @@ function M.env(p)
     local inner = {}
     for a = s.axis + 1, s.rank - 1 do insert(inner, s.x[a]) end
     local ip = plan.prod(inner)
-    e.inner = tostring(ip) ~= "1" and ex(ip) or nil
-    e.row = e.inner and "(b / inner * len + i) * inner + b % inner" or "b * len + i"
-    e.inner_arg = e.inner and ", " .. e.inner or ""
-    e.inner_param = e.inner and ", long inner" or ""
+    local inner = tostring(ip) ~= "1" and ex(ip) or nil
+    e.row = inner and "(b / inner * len + i) * inner + b % inner" or "b * len + i"
+    e.inner_arg = inner and ", " .. inner or ""
+    e.inner_param = inner and ", long inner" or ""
     local xr, kr = copy(s.x, s.rank - 1), copy(s.kv, s.rank - 1)
     e.x_shape = shape(with(xr, "c_in"), s.x)
     e.kv_shape = shape(with(kr, "c_kv"), s.kv)
@@ -174,8 +174,6 @@ function M.env(p)
     e.use_linear_bias = p.qkv_bias or p.out_bias or e.gated
     e.global_masked = p.global_masked or false
   end
-  e.qh_shape = shape({ e.batch_text ~= "()" and "batch" or "1", "H", e.global and "1" or "Sq", "c" },
-                     { e.n_batch, p.H, e.global and 1 or e.Sq, p.C })
   return e
 end
 

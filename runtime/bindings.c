@@ -83,7 +83,9 @@ void attnc_bindings_free(attnc_bindings *b)
   free(b);
 }
 
-static int lookup_name(const char *name)
+/* The slot a tensor name binds to, -2 for in_proj_weight, -3 for
+ * in_proj_bias, -1 for none. */
+int attnc_bindings_lookup_name(const char *name)
 {
   size_t i;
   for (i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
@@ -104,7 +106,7 @@ static attnc_status wrong_dtype(const char *name, const attnc_tensor *t, const a
 static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_tensor *t, int quiet, attnc_error *err)
 {
   const attnc_gen *g = &b->k->gen;
-  int slot = lookup_name(name);
+  int slot = attnc_bindings_lookup_name(name);
   if (!t) return attnc_err_set(err, ATTNC_EARG, "tensor '%s' is NULL", name);
   if (t->rank < 0 || t->rank > ATTNC_MAX_RANK)
     return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has rank %d; at most %d is supported", name, t->rank, ATTNC_MAX_RANK);
@@ -167,8 +169,8 @@ attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *
     const char *key = name;
     int slot;
     if (plen && strncmp(name, prefix, plen) == 0) key = name + plen;
-    else if (plen && (lookup_name(name) >= ATTNC_SLOT_WQ || lookup_name(name) <= -2)) continue; /* a weight outside the prefix */
-    slot = lookup_name(key);
+    else if (plen && (attnc_bindings_lookup_name(name) >= ATTNC_SLOT_WQ || attnc_bindings_lookup_name(name) <= -2)) continue; /* a weight outside the prefix */
+    slot = attnc_bindings_lookup_name(key);
     if (slot == -1) continue;
     if (slot >= 0 && !b->k->gen.used[slot]) continue;
     s = attnc_st_get(f, i, &t);

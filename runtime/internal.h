@@ -131,6 +131,9 @@ struct attnc_bindings {
   long scratch_bytes;
   int threads;
 };
+/* The slot a tensor name binds to (any naming scheme), -2 for
+ * in_proj_weight, -3 for in_proj_bias, -1 for none. */
+int attnc_bindings_lookup_name(const char *name);
 /* The resolved named dims of bindings (after attnc_output_shape). */
 const int64_t *attnc_bindings_dims(const attnc_bindings *b);
 /* "(2, 3)": a shape for messages. */

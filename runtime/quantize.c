@@ -8,22 +8,19 @@
 
 #include "internal.h"
 
-/* The weight names of every naming scheme (spec.md, "Tensors and names"). */
-static const char *const WEIGHTS[] = {
-  "linear_q.weight", "linear_k.weight", "linear_v.weight", "linear_o.weight", "linear_g.weight",
-  "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
-  "in_proj_weight", "out_proj.weight",
-};
-
 int attnc_quantize_takes(const char *name, const attnc_tensor *t)
 {
-  size_t n = strlen(name), i;
+  size_t p;
   if (!t || t->rank != 2 || !attnc_convert_takes(t->dtype)) return 0;
-  for (i = 0; i < sizeof WEIGHTS / sizeof WEIGHTS[0]; i++) {
-    size_t w = strlen(WEIGHTS[i]);
-    /* the whole name, or its part after a '.' */
-    if (n >= w && strcmp(name + n - w, WEIGHTS[i]) == 0 && (n == w || name[n - w - 1] == '.')) return 1;
-  }
+  /* the whole name, or its part after a '.', is a projection weight's name
+   * in the bindings' table of every naming scheme (spec.md, "Tensors and names") */
+  for (p = 0; name[p]; p++)
+    if (p == 0 || name[p - 1] == '.') {
+      const int slot = attnc_bindings_lookup_name(name + p);
+      if (slot == -2 || slot == ATTNC_SLOT_WQ || slot == ATTNC_SLOT_WK || slot == ATTNC_SLOT_WV || slot == ATTNC_SLOT_WG ||
+          slot == ATTNC_SLOT_WO)
+        return 1;
+    }
   return 0;
 }
 

@@ -1216,8 +1216,8 @@ static void test_cli_quantize(void **state)
   static const float bias[3] = { 0.25f, -1, 3 };
   uint16_t gate_bf16[4] = { 0x3f80, 0xbf80, 0x4000, 0 }; /* 1, -1, 2, 0 */
   const char *names[] = { "layers.0.attn.q_proj.weight", "layers.0.attn.q_proj.bias", "layers.1.linear_g.weight",
-                          "in_proj_weight", "my_q_proj.weight", "norm.weight" };
-  attnc_tensor ts[6];
+                          "in_proj_weight", "my_q_proj.weight", "norm.weight", "mha.k_proj_weight" };
+  attnc_tensor ts[7];
   char in[PATH_MAX + 64], out[PATH_MAX + 64], out2[PATH_MAX + 64];
   attnc_error e;
   attnc_safetensors *f;
@@ -1226,7 +1226,7 @@ static void test_cli_quantize(void **state)
   int i;
   (void)state;
   memset(ts, 0, sizeof ts);
-  for (i = 0; i < 6; i++) {
+  for (i = 0; i < 7; i++) {
     ts[i].dtype = ATTNC_F32;
     ts[i].rank = 2;
     ts[i].shape[0] = 3;
@@ -1239,14 +1239,14 @@ static void test_cli_quantize(void **state)
   ts[2].shape[0] = 2;
   ts[2].shape[1] = 2;
   ts[2].data = gate_bf16;
-  assert_int_equal(attnc_st_write(wpath(in, sizeof in, "q_in.safetensors"), 6, names, ts, &e), ATTNC_OK);
+  assert_int_equal(attnc_st_write(wpath(in, sizeof in, "q_in.safetensors"), 7, names, ts, &e), ATTNC_OK);
   CLI(r, "quantize", "--tensors", "q_in.safetensors", "--out", "q_out.safetensors");
   EXPECT_EXIT0(r, "quantize");
-  EXPECT_HAS(r, r.out, "quantised 3 weights", "the count of quantised weights");
+  EXPECT_HAS(r, r.out, "quantised 4 weights", "the count of quantised weights");
   cli_free(&r);
   f = attnc_st_open(wpath(out, sizeof out, "q_out.safetensors"), &e);
   assert_non_null(f);
-  assert_int_equal(attnc_st_count(f), 9); /* 6 tensors and 3 scales */
+  assert_int_equal(attnc_st_count(f), 11); /* 7 tensors and 4 scales */
   assert_int_equal(attnc_st_find(f, "layers.0.attn.q_proj.weight", &t), ATTNC_OK);
   assert_int_equal(t.dtype, ATTNC_I8);
   assert_memory_equal(t.data, want_q, sizeof want_q);
@@ -1256,6 +1256,7 @@ static void test_cli_quantize(void **state)
   assert_int_equal(t.shape[0], 3);
   assert_true(((float *)t.data)[0] == 1.0f && ((float *)t.data)[1] == 1.0f && ((float *)t.data)[2] == 2.54f / 127.0f);
   assert_int_equal(attnc_st_find(f, "in_proj_weight_scale", &t), ATTNC_OK);
+  assert_int_equal(attnc_st_find(f, "mha.k_proj_weight_scale", &t), ATTNC_OK); /* torch's separate k weight */
   assert_int_equal(attnc_st_find(f, "layers.1.linear_g.weight", &t), ATTNC_OK); /* bf16 in, I8 out: 127, -127, 127, 0 */
   assert_int_equal(t.dtype, ATTNC_I8);
   assert_true(((int8_t *)t.data)[0] == 127 && ((int8_t *)t.data)[1] == -127 && ((int8_t *)t.data)[2] == 127 &&
@@ -1276,17 +1277,17 @@ static void test_cli_quantize(void **state)
   cli_free(&r);
   f = attnc_st_open(wpath(out2, sizeof out2, "q_out2.safetensors"), &e);
   assert_non_null(f);
-  assert_int_equal(attnc_st_count(f), 7);
+  assert_int_equal(attnc_st_count(f), 8);
   assert_int_equal(attnc_st_find(f, "layers.1.linear_g.weight", &t), ATTNC_OK);
   assert_int_equal(t.dtype, ATTNC_BF16);
   assert_int_equal(attnc_st_find(f, "in_proj_weight", &t), ATTNC_OK);
   assert_int_equal(t.dtype, ATTNC_F32);
   attnc_st_close(f);
 
-  /* quantised weights are I8, not float: quantising again copies all 9 */
+  /* quantised weights are I8, not float: quantising again copies all 11 */
   CLI(r, "quantize", "--tensors", "q_out.safetensors", "--out", "q_out3.safetensors");
   EXPECT_EXIT0(r, "quantize twice");
-  EXPECT_HAS(r, r.out, "quantised 0 weights to int8 with per-row scales, copied 9 other tensors", "nothing twice");
+  EXPECT_HAS(r, r.out, "quantised 0 weights to int8 with per-row scales, copied 11 other tensors", "nothing twice");
   cli_free(&r);
   /* a float weight beside a tensor already named like its scale; a NaN; a SPEC */
   {
@@ -1301,7 +1302,7 @@ static void test_cli_quantize(void **state)
   EXPECT_HAS(r, r.err, "would hold 'k_proj.weight_scale' twice", "the repeated name");
   cli_free(&r);
   gate_bf16[1] = 0x7fc0;
-  assert_int_equal(attnc_st_write(in, 6, names, ts, &e), ATTNC_OK);
+  assert_int_equal(attnc_st_write(in, 7, names, ts, &e), ATTNC_OK);
   CLI(r, "quantize", "--tensors", "q_in.safetensors", "--out", "q_out3.safetensors");
   EXPECT_FAIL(r, "quantize a NaN");
   EXPECT_HAS(r, r.err, "tensor 'layers.1.linear_g.weight': row 0 holds nan at column 1", "where the NaN is");
