@@ -17,6 +17,28 @@ static double uniform(uint64_t *s)
   return (double)((*s * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
+/* Element i of a floating tensor, as a double (exact). */
+static double value_at(const attnc_tensor *t, size_t i)
+{
+  double d;
+  attnc_convert((const char *)t->data + i * attnc_dtype_size(t->dtype), t->dtype, &d, ATTNC_F64, 1);
+  return d;
+}
+
+/* DESIGN.md's accuracy bounds for a kernel's dtype: NMSE at most nmse, and
+ * every element within atol + a_rms * rms + rtol * |r| (rms: the root mean
+ * square of the reference). */
+void checker_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_rms, double *rtol)
+{
+  *atol = *a_rms = 0;
+  switch (dt) {
+  case ATTNC_F64: *nmse = INFINITY; *a_rms = 1e-9; *rtol = 1e-9; break;
+  case ATTNC_BF16: *nmse = 1e-4; *a_rms = 0.03; *rtol = 0.03; break;
+  case ATTNC_F16: *nmse = 1e-5; *a_rms = 0.006; *rtol = 0.006; break;
+  default: *nmse = 1e-10; *atol = 1e-5; *rtol = 1e-4; break;
+  }
+}
+
 struct buf {
   attnc_tensor t;
   void *mem; /* what t.data points into */
@@ -45,9 +67,13 @@ static int fill(struct buf *bf, attnc_dtype dt, int rank, const int64_t *shape, 
   for (i = 0; i < n; i++) {
     double v = uniform(rng) * amp;
     if (keep > 0) v = (uniform(rng) * 0.5 + 0.5) < keep ? 1.0 : 0.0;
-    if (dt == ATTNC_F32) { ((float *)bf->t.data)[i] = (float)v; bf->ref[i] = (double)(float)v; }
-    else if (dt == ATTNC_F64) { ((double *)bf->t.data)[i] = v; bf->ref[i] = v; }
-    else { ((unsigned char *)bf->t.data)[i] = v != 0; bf->ref[i] = v; }
+    if (dt == ATTNC_U8) {
+      ((unsigned char *)bf->t.data)[i] = v != 0;
+      bf->ref[i] = v;
+    } else { /* stored in dt (rounded), and the reference takes the stored value */
+      attnc_convert(&v, ATTNC_F64, (char *)bf->t.data + i * attnc_dtype_size(dt), dt, 1);
+      bf->ref[i] = value_at(&bf->t, i);
+    }
   }
   return 0;
 }
@@ -189,7 +215,8 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   attnc_tensor out;
   ref_problem p;
   ref_tensors rt;
-  double *ref_out = NULL, atol, rtol, worst = 0;
+  double *ref_out = NULL, atol, rtol, a_rms, nmse_max, worst = 0, sum_d2 = 0, sum_r2 = 0;
+  size_t n_finite = 0;
   void *out_mem = NULL;
   int i;
   size_t n, j;
@@ -227,11 +254,18 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     r->status = attnc_err_set(&r->err, ATTNC_EGEN, "the reference rejected this problem");
     goto done;
   }
-  atol = g->dtype == ATTNC_F32 ? 1e-5 : 1e-12;
-  rtol = g->dtype == ATTNC_F32 ? 1e-4 : 1e-10;
+  checker_bounds(g->dtype, &nmse_max, &atol, &a_rms, &rtol);
+  for (j = 0; j < n; j++)
+    if (!isnan(ref_out[j])) {
+      sum_r2 += ref_out[j] * ref_out[j];
+      n_finite++;
+    }
+  r->rms = n_finite ? sqrt(sum_r2 / (double)n_finite) : 0;
+  atol += a_rms * r->rms;
   for (j = 0; j < n; j++) {
-    double got = out.dtype == ATTNC_F32 ? (double)((float *)out.data)[j] : ((double *)out.data)[j];
+    double got = value_at(&out, j);
     double want = ref_out[j], d = fabs(got - want), ratio;
+    if (!isnan(want) && !isnan(got)) sum_d2 += (got - want) * (got - want);
     if (isnan(want) || isnan(got)) {
       ratio = (isnan(want) && isnan(got)) ? 0 : INFINITY;
       d = ratio;
@@ -247,7 +281,9 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   r->tol = atol + rtol * r->max_ref;
   r->atol = atol;
   r->rtol = rtol;
-  r->ok = worst <= 1;
+  r->nmse = sum_r2 > 0 ? sum_d2 / sum_r2 : (sum_d2 > 0 ? INFINITY : 0);
+  r->nmse_max = nmse_max;
+  r->ok = worst <= 1 && r->nmse <= nmse_max;
 done:
   checker_inputs_free(in);
   free(out_mem);
@@ -283,7 +319,7 @@ int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *r
       if (slot == ATTNC_SLOT_MASK) {
         bufs[slot].ref[i] = attnc_bindings_mask_u8(b)[i] ? 1.0 : 0.0;
       } else {
-        bufs[slot].ref[i] = t->dtype == ATTNC_F32 ? (double)((const float *)t->data)[i] : ((const double *)t->data)[i];
+        bufs[slot].ref[i] = value_at(t, i);
       }
     }
   }

@@ -30,6 +30,8 @@ typedef struct checker_result {
   size_t n;                       /* outputs compared */
   double max_abs, max_ref, tol;   /* max |got - want|, max |want|, tolerance at max |want| */
   double atol, rtol;              /* per element: |got - want| <= atol + rtol |want| */
+  double rms;                     /* root mean square of the reference (atol includes its share) */
+  double nmse, nmse_max;          /* sum (got - want)^2 / sum want^2, and its bound */
   int ok;                         /* 1 when within tolerance and NaNs match */
   char canonical[2048];
   attnc_backend backend;
@@ -43,6 +45,10 @@ void checker_inputs_free(checker_inputs *in);
 /* The attention weights (batch axes..., H, Sq, Sk) of the tensors bound to
  * b, computed by the float64 reference; *weights is malloc'd.  0 or -1. */
 int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *rank, long *shape, attnc_error *err);
+
+/* DESIGN.md's accuracy bounds for a kernel computing in dt: NMSE at most
+ * *nmse; each element within *atol + *a_rms * rms(reference) + *rtol * |r|. */
+void checker_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_rms, double *rtol);
 
 /* Returns r->ok. */
 int checker_run(const char *spec, const checker_opts *o, checker_result *r);

@@ -667,8 +667,10 @@ static int cmd_check(struct cli *c)
     return 2;
   }
   printf("%s\n", r.canonical);
-  printf("%sbackend %s: %zu outputs, max abs error %.3g (max |ref| %.3g; tolerance %.0e + %.0e |ref| per element): %s\n",
-         c->plain ? "plain form, " : "", r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.atol, r.rtol, r.ok ? "OK" : "MISMATCH");
+  printf("%sbackend %s: %zu outputs, max abs error %.3g (max |ref| %.3g; tolerance %.2g + %.0e |ref| per element), "
+         "NMSE %.3g (at most %.0e): %s\n",
+         c->plain ? "plain form, " : "", r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.atol,
+         r.rtol, r.nmse, r.nmse_max, r.ok ? "OK" : "MISMATCH");
   return r.ok ? 0 : 1;
 }
 

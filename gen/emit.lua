@@ -41,7 +41,22 @@ local SLOT_NAMES = abi_list("ATTNC_SLOT_LIST", "ATTNC_SLOT_")
 local EMPTY_ROWS = abi_list("ATTNC_EMPTY_ROWS_LIST", "ATTNC_EMPTY_")
 M.SLOT_NAMES = SLOT_NAMES
 
-local shape_text = require("plan").shape_text
+local plan = require("plan")
+local shape_text = plan.shape_text
+
+-- A bf16 or f16 kernel's tensors that it widens to f32 before it computes:
+-- every input but the mask, each with its element count (a C expression
+-- of the named dims) and whether it is a weight the primitives take packed
+-- (then it is widened only when args->packed has none).
+local function widened(p)
+  if not p.store then return {} end
+  local out = {}
+  for _, t in ipairs(p.sig.inputs) do
+    insert(out, { slot = SLOT_NAMES[t.slot], key = t.slot, n = plan.prod(t.shape),
+                  packable = t.role == "weight" and t.slot:sub(1, 1) == "w" })
+  end
+  return out
+end
 
 -- A few lines describing the variant, in the worksheet's words.
 local function summary(p)
@@ -158,6 +173,7 @@ function M.emit(p, form)
     env.summary = summary(p)
     env.mask_strides = mask_strides(p)
     env.dim_list = dim_list(p)
+    env.convert16 = p.store and render("convert16.c.tmpl", env):gsub("\n$", "") or ""
     source = render("plain.c.tmpl", env)
   else
     source = M.fast(p)
@@ -200,7 +216,9 @@ function M.fast(p)
   local k = p.sched
   env.fast_ok, env.split_ok, env.fuse_ok, env.head_ok = k.prims, k.split, k.fuse, k.by_head
   env.hm_ok, env.kv_hm_ok, env.bias_t_ok, env.kv_t_ok = k.hm, k.kv_hm, k.bias_t, k.kv_t
-  env.phase0 = not p.core or k.bias_t or k.kv_t -- phase 0 has items
+  env.phase0 = not p.core or k.bias_t or k.kv_t -- the project phase has items
+  env.convert16 = p.store and render("convert16.c.tmpl", env):gsub("\n$", "") or ""
+  env.wide, env.out_n = widened(p), p.store and plan.prod(p.sig.out) or nil
   if not p.core then
     local s = p.spec
     local xr, kr = {}, {}

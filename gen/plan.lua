@@ -64,6 +64,8 @@ function M.plan(s, version)
     exp = s.dtype == "f64" and "exp" or "expf",
     lit = s.dtype == "f64" and "" or "f",
     dtype = s.dtype,
+    -- bf16 and f16 are storage types: the kernel widens them to f32, computes, and narrows out
+    store = (s.dtype == "bf16" or s.dtype == "f16") and s.dtype or nil,
     core = s.mode == "core",
     H = s.heads, G = s.kv_heads, C = s.head_dim,
     HPG = s.heads // s.kv_heads,
@@ -165,8 +167,8 @@ function M.schedule(p)
   local function num(e) return type(e) == "number" and e or nil end
   local nb, sq, sk = num(p.n_batch), num(p.Sq), num(p.Sk)
   local k = {}
-  -- the vectorised primitives take f32 only
-  k.prims = p.dtype == "f32"
+  -- the vectorised primitives compute in f32 (a bf16 or f16 kernel's too)
+  k.prims = p.dtype ~= "f64"
   -- a short query against many keys (decoding): split the keys, then combine
   k.split = k.prims and not p.global and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
   -- whole batch elements, or one kv head of one, per attend item, projections included

@@ -42,7 +42,7 @@ local ENUMS = {
   empty_rows = { "zero", "uniform", "nan" },
   mode = { "full", "core" },
   layout = { "bhsc", "bshc" },
-  dtype = { "f32", "f64" },
+  dtype = { "f32", "f64", "bf16", "f16" },
 }
 local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias = "true", out_bias = "true" }
 local KEY_ORDER = {

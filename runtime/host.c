@@ -384,7 +384,10 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   g->header = dup_field(L, t, "header");
   g->plain = (int)int_field(L, t, "plain");
   if (!g->canonical || !g->name || !g->source || !g->header) goto nomem;
-  g->dtype = strcmp(str_field(L, sp, "dtype"), "f64") == 0 ? ATTNC_F64 : ATTNC_F32;
+  {
+    const char *dt = str_field(L, sp, "dtype");
+    g->dtype = strcmp(dt, "f64") == 0 ? ATTNC_F64 : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
+  }
   lua_getfield(L, sp, "dims");
   n = (int)luaL_len(L, -1);
   g->dim_names = calloc((size_t)(n > 0 ? n : 1), sizeof *g->dim_names);

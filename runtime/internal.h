@@ -90,7 +90,8 @@ void *attnc_cc_load_checked(const char *path, const attnc_gen *g, attnc_kernel_f
 void attnc_cc_index_write(const char *spec, const char *object, const attnc_gen *g);
 
 /* convert.c: 1 when a tensor of dtype d can be bound (F64, F32, BF16, F16);
- * n elements of src (dtype sd) to dst as dd (F32 or F64). */
+ * n elements of src (dtype sd) to dst as dd (F32, F64, or BF16 or F16
+ * rounded to nearest, ties to even). */
 int attnc_convert_takes(attnc_dtype d);
 void attnc_convert(const void *src, attnc_dtype sd, void *dst, attnc_dtype dd, size_t n);
 

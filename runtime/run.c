@@ -50,7 +50,7 @@ static attnc_status convert_tensors(attnc_bindings *b, attnc_args *args, attnc_e
   return ATTNC_OK;
 }
 
-/* Pack the f32 weights for the primitives once; again only if rebound. */
+/* Pack the weights for the primitives (in f32) once; again only if rebound. */
 static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_error *err)
 {
   static const int w[] = { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV, ATTNC_SLOT_WG, ATTNC_SLOT_WO };
@@ -67,7 +67,20 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
       if (posix_memalign(&p, 64, sizeof(float) * (size_t)n) != 0)
         return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
       free(b->packed[slot]);
-      attnc_prims_pack((const float *)args->t[slot], (long)t->shape[0], (long)t->shape[1], p);
+      if (b->k->gen.dtype == ATTNC_F32) {
+        attnc_prims_pack((const float *)args->t[slot], (long)t->shape[0], (long)t->shape[1], p);
+      } else { /* a bf16 or f16 kernel computes in f32: its weights widened (exactly) first */
+        const size_t n = (size_t)t->shape[0] * (size_t)t->shape[1];
+        float *w = malloc(sizeof(float) * (n > 0 ? n : 1));
+        if (!w) {
+          free(p);
+          b->packed[slot] = NULL;
+          return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
+        }
+        attnc_convert(args->t[slot], b->k->gen.dtype, w, ATTNC_F32, n);
+        attnc_prims_pack(w, (long)t->shape[0], (long)t->shape[1], p);
+        free(w);
+      }
       b->packed[slot] = p;
       b->packed_from[slot] = t->data;
     }
@@ -110,7 +123,7 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
   args.out = out->data;
   if (b->k->gen.plain) /* the plain form: one call, on this thread, its own buffers */
     return b->k->fns.run(&args) == 0 ? ATTNC_OK : attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the plain kernel");
-  if (b->k->gen.dtype == ATTNC_F32 && !getenv("ATTNC_NO_PRIMS")) {
+  if (b->k->gen.dtype != ATTNC_F64 && !getenv("ATTNC_NO_PRIMS")) { /* the primitives compute in f32 */
     args.prims = attnc_prims_get();
     if (!b->k->gen.core && (s = pack_weights(b, &args, err)) != ATTNC_OK) return s;
   }

@@ -1,14 +1,15 @@
 /* The calling convention shared by every generated kernel and the runtime.
  *
- * A kernel runs in ATTNC_PHASES phases (0 project, 1 attend, 2 combine the
- * key splits, 3 gate and output projection); each phase has a number of
+ * A kernel runs in ATTNC_PHASES phases (0 widen 16-bit inputs to f32,
+ * 1 project, 2 attend, 3 combine the key splits, 4 gate and output
+ * projection, 5 narrow the output to 16 bits); each phase has a number of
  * independent work items, and NAME_phase(args, phase, begin, end, thread)
  * runs items [begin, end).  The runtime spreads items
  * over its threads with a barrier between phases; NAME_run(args) runs
  * everything on the calling thread.  Item counts depend only on shapes, so
  * results are the same for any thread count. */
-#ifndef ATTNC_ABI_V1
-#define ATTNC_ABI_V1
+#ifndef ATTNC_ABI_V2
+#define ATTNC_ABI_V2
 /* The one list of each fact the generator, the generated code and the
  * runtime share, as ENTRY(NAME, key): the C name, and the word the spec and
  * the generator use (gen/emit.lua reads these lists from this file). */
@@ -31,7 +32,7 @@ enum attnc_slot { ATTNC_SLOT_LIST(ATTNC_SLOT_ENUM_) ATTNC_SLOT_COUNT };
 enum attnc_empty_rows { ATTNC_EMPTY_ROWS_LIST(ATTNC_EMPTY_ENUM_) ATTNC_EMPTY_COUNT };
 enum attnc_causal { ATTNC_CAUSAL_LIST(ATTNC_CAUSAL_ENUM_) ATTNC_CAUSAL_COUNT };
 #define ATTNC_ABI_MAX_RANK 8
-#define ATTNC_PHASES 4 /* project, attend, combine, gate and output */
+#define ATTNC_PHASES 6 /* widen, project, attend, combine, gate and output, narrow */
 
 /* One tile of flash attention: `rows` query rows against keys
  * [k_begin, k_end).  Row r is query position i = i0 + r / q_group of head

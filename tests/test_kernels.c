@@ -20,15 +20,22 @@ struct sweep {
 
 /* The kernel form the sweeps check: the fast one, or the plain one. */
 static attnc_form form = ATTNC_FORM_FAST;
+/* NULL, or the dtype every spec of a sweep gets that names none (bf16, f16) */
+static const char *dtype = NULL;
 
 static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S, int mask_rank, double keep,
                 unsigned long seed)
 {
   checker_opts o;
   checker_result r;
+  char with_dtype[600];
   static const char *const all[] = { "S", "T", "B" };
   const char *names[3];
   int64_t values[3], all_values[3];
+  if (dtype && !strstr(spec, "dtype=")) {
+    snprintf(with_dtype, sizeof with_dtype, "%s dtype=%s", spec, dtype);
+    spec = with_dtype;
+  }
   all_values[0] = S;
   all_values[1] = S > 2 ? S - 2 : S + 3; /* a second length, for cross-attention */
   all_values[2] = 2;
@@ -73,14 +80,14 @@ static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S,
             be == ATTNC_BACKEND_CC ? "cc" : "tcc", form == ATTNC_FORM_PLAIN ? ", plain form" : "", spec, (long long)all_values[0], (long long)all_values[1], mask_rank, keep, seed,
             o.misalign, o.threads);
     if (r.status != ATTNC_OK) fprintf(stderr, "%s %s\n", r.err.where, r.err.message);
-    else fprintf(stderr, "max abs error %.3g, max |ref| %.3g\n", r.max_abs, r.max_ref);
+    else fprintf(stderr, "max abs error %.3g, max |ref| %.3g, NMSE %.3g (at most %.0e)\n", r.max_abs, r.max_ref, r.nmse, r.nmse_max);
   }
 }
 
 static void report(const char *what, attnc_backend be, const struct sweep *sw)
 {
-  printf("%s [%s%s]: %d cases, %d failures\n", what, be == ATTNC_BACKEND_CC ? "cc" : "tcc",
-         form == ATTNC_FORM_PLAIN ? ", plain form" : "", sw->cases, sw->fails);
+  printf("%s [%s%s%s%s]: %d cases, %d failures\n", what, be == ATTNC_BACKEND_CC ? "cc" : "tcc",
+         form == ATTNC_FORM_PLAIN ? ", plain form" : "", dtype ? ", dtype=" : "", dtype ? dtype : "", sw->cases, sw->fails);
 }
 
 /* Heads, kv heads and head_dim (including head_dim != c_in / H). */
@@ -521,6 +528,44 @@ static void sweep_plain_form(attnc_backend be)
 static void test_kernels_plain_form_tcc(void **s) { (void)s; sweep_plain_form(ATTNC_BACKEND_TCC); }
 static void test_kernels_plain_form_cc(void **s) { (void)s; sweep_plain_form(ATTNC_BACKEND_CC); }
 
+/* bf16 and f16 storage (the arithmetic in f32) through the same sweeps,
+ * each against the reference on the same rounded tensors with DESIGN.md's
+ * bounds for its dtype; the fast form with and without the primitives,
+ * and the plain form. */
+static void sweep_16(const char *dt, attnc_backend be)
+{
+  dtype = dt;
+  sweep_heads(be);
+  sweep_axes(be);
+  sweep_masks(be);
+  sweep_features(be);
+  sweep_shared_bias(be);
+  sweep_head_major(be);
+  form = ATTNC_FORM_PLAIN;
+  sweep_heads(be);
+  sweep_features(be);
+  form = ATTNC_FORM_FAST;
+  dtype = NULL;
+}
+static void test_kernels_bf16_tcc(void **s) { (void)s; sweep_16("bf16", ATTNC_BACKEND_TCC); }
+static void test_kernels_bf16_cc(void **s) { (void)s; sweep_16("bf16", ATTNC_BACKEND_CC); }
+static void test_kernels_f16_tcc(void **s) { (void)s; sweep_16("f16", ATTNC_BACKEND_TCC); }
+static void test_kernels_f16_cc(void **s) { (void)s; sweep_16("f16", ATTNC_BACKEND_CC); }
+
+/* The C loops of a 16-bit kernel (no primitives: weights widened every run). */
+static void test_kernels_16_no_prims_tcc(void **s)
+{
+  (void)s;
+  setenv("ATTNC_NO_PRIMS", "1", 1);
+  dtype = "bf16";
+  sweep_heads(ATTNC_BACKEND_TCC);
+  sweep_features(ATTNC_BACKEND_TCC);
+  dtype = "f16";
+  sweep_masks(ATTNC_BACKEND_TCC);
+  dtype = NULL;
+  unsetenv("ATTNC_NO_PRIMS");
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -535,6 +580,9 @@ int main(void)
     cmocka_unit_test(test_kernels_plain_form_tcc), cmocka_unit_test(test_kernels_plain_form_cc),
     cmocka_unit_test(test_kernels_fast_form_decides),
     cmocka_unit_test(test_kernels_layout_bshc_is_a_transpose),
+    cmocka_unit_test(test_kernels_bf16_tcc), cmocka_unit_test(test_kernels_bf16_cc),
+    cmocka_unit_test(test_kernels_f16_tcc), cmocka_unit_test(test_kernels_f16_cc),
+    cmocka_unit_test(test_kernels_16_no_prims_tcc),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

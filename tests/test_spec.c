@@ -1295,8 +1295,8 @@ static void test_spec_error_enum_values(void **state)
   expect_err(P "causal=foo", 1, 25, "causal must be one of top_left, bottom_right, none, true, false, got 'foo'");
   expect_err(P "causal=top_lef", 1, 25, "got 'top_lef' (did you mean 'top_left'?)");
   expect_err(P "causal=bottomright", 1, 25, "(did you mean 'bottom_right'?)");
-  expect_err(P "dtype=f16", 1, 24, "dtype must be one of f32, f64, got 'f16' (did you mean 'f32'?)");
-  expect_err(P "dtype=float", 1, 24, "dtype must be one of f32, f64, got 'float'");
+  expect_err(P "dtype=f33", 1, 24, "dtype must be one of f32, f64, bf16, f16, got 'f33' (did you mean 'f32'?)");
+  expect_err(P "dtype=float", 1, 24, "dtype must be one of f32, f64, bf16, f16, got 'float'");
   expect_err(P "mode=fast", 1, 23, "mode must be one of full, core, got 'fast'");
   expect_err(P "mode=", 1, 23, "mode must be one of full, core, got ''");
   expect_err(P "empty_rows=inf", 1, 29, "empty_rows must be one of zero, uniform, nan, got 'inf'");
