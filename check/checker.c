@@ -21,6 +21,7 @@ static double uniform(uint64_t *s)
 static double value_at(const attnc_tensor *t, size_t i)
 {
   double d;
+  if (t->dtype == ATTNC_I8) return ((const int8_t *)t->data)[i];
   attnc_convert((const char *)t->data + i * attnc_dtype_size(t->dtype), t->dtype, &d, ATTNC_F64, 1);
   return d;
 }
@@ -35,6 +36,7 @@ void checker_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_rms, d
   case ATTNC_F64: *nmse = INFINITY; *a_rms = 1e-9; *rtol = 1e-9; break;
   case ATTNC_BF16: *nmse = 1e-4; *a_rms = 0.03; *rtol = 0.03; break;
   case ATTNC_F16: *nmse = 1e-5; *a_rms = 0.006; *rtol = 0.006; break;
+  case ATTNC_I8: *nmse = 1e-3; *a_rms = 0.1; *rtol = 0.05; break; /* weights=int8 */
   default: *nmse = 1e-10; *atol = 1e-5; *rtol = 1e-4; break;
   }
 }
@@ -70,6 +72,10 @@ static int fill(struct buf *bf, attnc_dtype dt, int rank, const int64_t *shape, 
     if (dt == ATTNC_U8) {
       ((unsigned char *)bf->t.data)[i] = v != 0;
       bf->ref[i] = v;
+    } else if (dt == ATTNC_I8) { /* an int8 weight: q in -127..127 (its scale multiplies ref later) */
+      const double q = nearbyint(uniform(rng) * 127);
+      ((int8_t *)bf->t.data)[i] = (int8_t)q;
+      bf->ref[i] = q;
     } else { /* stored in dt (rounded), and the reference takes the stored value */
       attnc_convert(&v, ATTNC_F64, (char *)bf->t.data + i * attnc_dtype_size(dt), dt, 1);
       bf->ref[i] = value_at(&bf->t, i);
@@ -80,7 +86,9 @@ static int fill(struct buf *bf, attnc_dtype dt, int rank, const int64_t *shape, 
 
 static const char *const WEIGHT_NAMES[] = {
   "linear_q.weight", "linear_q.bias", "linear_k.weight", "linear_k.bias", "linear_v.weight", "linear_v.bias",
-  "linear_g.weight", "linear_g.bias", "linear_o.weight", "linear_o.bias"
+  "linear_g.weight", "linear_g.bias", "linear_o.weight", "linear_o.bias",
+  "linear_q.weight_scale", "linear_k.weight_scale", "linear_v.weight_scale", "linear_g.weight_scale",
+  "linear_o.weight_scale"
 };
 
 /* The reference's view of a problem: its parameters and float64 tensors. */
@@ -145,6 +153,15 @@ void checker_inputs_free(checker_inputs *in)
   free(in);
 }
 
+/* The weight matrix whose int8 scales slot holds. */
+static int matrix_of(int scale_slot)
+{
+  int m;
+  for (m = 0; m < ATTNC_SLOT_COUNT; m++)
+    if (attnc_slot_scale(m) == scale_slot) return m;
+  return -1;
+}
+
 checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const checker_opts *o, attnc_error *err)
 {
   const attnc_gen *g = attnc_kernel_gen(k);
@@ -181,7 +198,11 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
       int64_t d = sh->dim[first + i];
       shape[i] = d > 0 ? d : in->dims[-d - 1];
     }
-    if (slot >= ATTNC_SLOT_WQ) {
+    if (slot >= ATTNC_SLOT_WQ_SCALE) {
+      /* int8 scales: the matrix's amplitude / 127, each row's between half and all of it */
+      const int m = matrix_of(slot);
+      amp = 1.0 / sqrt((double)in->bufs[m].t.shape[1]) / 127;
+    } else if (slot >= ATTNC_SLOT_WQ) {
       /* PyTorch's Linear init scale keeps outputs O(1) whatever the width */
       int is_bias = slot == ATTNC_SLOT_BQ || slot == ATTNC_SLOT_BK || slot == ATTNC_SLOT_BV ||
                     slot == ATTNC_SLOT_BG || slot == ATTNC_SLOT_BO;
@@ -189,11 +210,21 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
     } else if (slot == ATTNC_SLOT_X || slot == ATTNC_SLOT_Q) {
       amp = o->scale_inputs > 0 ? o->scale_inputs : 1;
     }
-    if (fill(&in->bufs[slot], slot == ATTNC_SLOT_MASK ? ATTNC_U8 : g->dtype, rank, shape, amp, keep, o->misalign,
-             &rng) != 0) {
+    if (fill(&in->bufs[slot], attnc_slot_dtype(g, slot), rank, shape, amp, keep, o->misalign, &rng) != 0) {
       attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
       checker_inputs_free(in);
       return NULL;
+    }
+    if (slot >= ATTNC_SLOT_WQ_SCALE) { /* positive scales; the reference's weight is q * scale */
+      struct buf *sb = &in->bufs[slot], *mb = &in->bufs[matrix_of(slot)];
+      const size_t cols = (size_t)mb->t.shape[1];
+      size_t r, c;
+      for (r = 0; r < (size_t)shape[0]; r++) {
+        const float s = (float)(fabs(sb->ref[r]) * 0.5 + amp * 0.5);
+        ((float *)sb->t.data)[r] = s;
+        sb->ref[r] = s;
+        for (c = 0; c < cols; c++) mb->ref[r * cols + c] *= s;
+      }
     }
     if (attnc_bind(b, slot >= ATTNC_SLOT_WQ ? WEIGHT_NAMES[slot - ATTNC_SLOT_WQ] : attnc_slot_name(slot),
                    &in->bufs[slot].t, err) != ATTNC_OK) {
@@ -255,6 +286,14 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     goto done;
   }
   checker_bounds(g->dtype, &nmse_max, &atol, &a_rms, &rtol);
+  if (g->wdtype != g->dtype) { /* weights stored otherwise: the looser of the two rows */
+    double n2, at2, ar2, rt2;
+    checker_bounds(g->wdtype, &n2, &at2, &ar2, &rt2);
+    nmse_max = fmax(nmse_max, n2);
+    atol = fmax(atol, at2);
+    a_rms = fmax(a_rms, ar2);
+    rtol = fmax(rtol, rt2);
+  }
   for (j = 0; j < n; j++)
     if (!isnan(ref_out[j])) {
       sum_r2 += ref_out[j] * ref_out[j];
@@ -322,6 +361,13 @@ int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *r
         bufs[slot].ref[i] = value_at(t, i);
       }
     }
+  }
+  for (slot = ATTNC_SLOT_WQ_SCALE; slot < ATTNC_SLOT_COUNT; slot++) { /* int8 weights: q * scale */
+    const int m = matrix_of(slot);
+    if (!bufs[slot].ref || m < 0 || !bufs[m].ref) continue;
+    for (size_t row = 0; row < (size_t)bufs[m].t.shape[0]; row++)
+      for (size_t c = 0; c < (size_t)bufs[m].t.shape[1]; c++)
+        bufs[m].ref[row * (size_t)bufs[m].t.shape[1] + c] *= bufs[slot].ref[row];
   }
   make_problem(g, bufs, &p, &rt);
   nw = ref_weights_shape(&p, rank, shape);

@@ -44,18 +44,43 @@ M.SLOT_NAMES = SLOT_NAMES
 local plan = require("plan")
 local shape_text = plan.shape_text
 
--- A bf16 or f16 kernel's tensors that it widens to f32 before it computes:
--- every input but the mask, each with its element count (a C expression
--- of the named dims) and whether it is a weight the primitives take packed
--- (then it is widened only when args->packed has none).
-local function widened(p)
-  if not p.store then return {} end
-  local out = {}
+-- The tensors a kernel widens before it computes: with dtype bf16 or f16
+-- every input but the mask; weight matrices stored otherwise than the
+-- arithmetic (int8 with their scales, or a 16-bit dtype).  Each has its
+-- kind (bf16, f16, int8), its element count (a C expression of the named
+-- dims), and for a weight matrix, its scale slot (int8) and row width;
+-- the primitives take weight matrices packed, so one is widened only when
+-- args->packed has none.
+function M.widened(p)
+  local out, compute = {}, p.dtype == "f64" and "f64" or "f32"
   for _, t in ipairs(p.sig.inputs) do
-    insert(out, { slot = SLOT_NAMES[t.slot], key = t.slot, n = plan.prod(t.shape),
-                  packable = t.role == "weight" and t.slot:sub(1, 1) == "w" })
+    local kind
+    if t.role == "matrix" then
+      if p.weights ~= compute then kind = p.weights end
+    elseif t.role ~= "scale" then
+      kind = p.store
+    end
+    if kind then
+      insert(out, { slot = SLOT_NAMES[t.slot], key = t.slot, n = plan.prod(t.shape), kind = kind,
+                    packable = t.role == "matrix", n_in = t.shape[2],
+                    scale = kind == "int8" and SLOT_NAMES[t.slot .. "_scale"] or nil })
+    end
   end
   return out
+end
+
+-- What templates/convert.c.tmpl writes for a kernel: the kinds it widens,
+-- and the storage in words.
+local function convert_env(p, env, wide)
+  env.need = {}
+  for _, w in ipairs(wide) do env.need[w.kind] = true end
+  local words = {}
+  if p.store then insert(words, "every tensor but the mask in " .. p.store) end
+  if p.weights == "int8" then insert(words, "the weight matrices in int8 with a scale per row")
+  elseif p.weights ~= p.dtype then insert(words, "the weight matrices in " .. p.weights) end
+  env.storage_text = concat(words, "; ")
+  if #wide == 0 and not p.store then return "" end
+  return (render("convert.c.tmpl", env):gsub("\n$", ""))
 end
 
 -- A few lines describing the variant, in the worksheet's words.
@@ -173,7 +198,7 @@ function M.emit(p, form)
     env.summary = summary(p)
     env.mask_strides = mask_strides(p)
     env.dim_list = dim_list(p)
-    env.convert16 = p.store and render("convert16.c.tmpl", env):gsub("\n$", "") or ""
+    env.convert = convert_env(p, env, M.widened(p))
     source = render("plain.c.tmpl", env)
   else
     source = M.fast(p)
@@ -217,8 +242,9 @@ function M.fast(p)
   env.fast_ok, env.split_ok, env.fuse_ok, env.head_ok = k.prims, k.split, k.fuse, k.by_head
   env.hm_ok, env.kv_hm_ok, env.bias_t_ok, env.kv_t_ok = k.hm, k.kv_hm, k.bias_t, k.kv_t
   env.phase0 = not p.core or k.bias_t or k.kv_t -- the project phase has items
-  env.convert16 = p.store and render("convert16.c.tmpl", env):gsub("\n$", "") or ""
-  env.wide, env.out_n = widened(p), p.store and plan.prod(p.sig.out) or nil
+  env.wide, env.out_n = M.widened(p), p.store and plan.prod(p.sig.out) or nil
+  env.widen = #env.wide > 0
+  env.convert = convert_env(p, env, env.wide)
   if not p.core then
     local s = p.spec
     local xr, kr = {}, {}

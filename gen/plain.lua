@@ -22,7 +22,7 @@ for w in ([[
   wq bq wk bk wv bv wg bg wo bo bias mask mask_b bias_bhi k_bh v_bh q_i o_i
   linear linear_bias split_heads merge_heads mean_query scale scores add_bias apply_mask softmax
   weighted_sum gate done ok
-  compute widen narrow widen1 narrow1 store_t f32_bits slot wide n_out err a
+  compute narrow narrow1 widen_bf16 widen_f16 widen1_bf16 widen1_f16 dequant_int8 store_t f32_bits wide n_out err a
 ]]):gmatch("%S+") do TAKEN[w] = true end
 
 local function cname(d)
@@ -84,18 +84,16 @@ function M.env(p)
     global = p.global or false, gated = p.gated or false, self = p.self,
     has_bias = p.has_bias, has_mask = p.has_mask, C_IN = p.C_IN, C_KV = p.C_KV,
   }
-  -- bf16 and f16: the tensors widened to f32 first, and the output narrowed at the end
+  -- bf16 and f16: the tensors widened to f32 first, and the output narrowed
+  -- at the end; int8 (or 16-bit) weight matrices widened with them
   e.store = p.store
-  if p.store then
-    local slots, counts, keys = {}, {}, {}
-    local names = require("emit").SLOT_NAMES
-    for _, t in ipairs(p.sig.inputs) do
-      insert(slots, names[t.slot]); insert(counts, ex(plan.prod(t.shape))); insert(keys, t.slot)
-    end
-    e.wide = slots
-    e.wide_slots, e.wide_counts, e.wide_keys = concat(slots, ", "), concat(counts, ", "), concat(keys, ", ")
-    e.out_n = ex(plan.prod(p.sig.out))
+  e.wide = {}
+  local wide = require("emit").widened(p)
+  for _, w in ipairs(wide) do
+    insert(e.wide, { slot = w.slot, key = w.key, n = ex(w.n), kind = w.kind, scale = w.scale, n_in = w.n_in })
   end
+  e.widen = #wide > 0
+  if p.store then e.out_n = ex(plan.prod(p.sig.out)) end
   e.dims = {}
   for i, d in ipairs(p.dims) do e.dims[i] = { c = cname(d.name), index = d.index, name = d.name } end
   local batch = spec.batch_dims(s)

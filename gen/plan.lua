@@ -66,6 +66,8 @@ function M.plan(s, version)
     dtype = s.dtype,
     -- bf16 and f16 are storage types: the kernel widens them to f32, computes, and narrows out
     store = (s.dtype == "bf16" or s.dtype == "f16") and s.dtype or nil,
+    -- the weight matrices' storage (int8, or a dtype); biases are stored as dtype says
+    weights = s.weights or s.dtype,
     core = s.mode == "core",
     H = s.heads, G = s.kv_heads, C = s.head_dim,
     HPG = s.heads // s.kv_heads,
@@ -135,16 +137,21 @@ function M.plan(s, version)
     p.axis_index = axis - 1
     input("x", s.x, "input")
     if not s.self then input("kv", s.kv, "input") end
-    input("wq", { p.HC, s.c_in }, "weight")
+    -- weights=int8: each weight matrix has an F32 scale per output row
+    local function matrix(slot, shape)
+      input(slot, shape, "matrix")
+      if s.weights == "int8" then input(slot .. "_scale", { shape[1] }, "scale") end
+    end
+    matrix("wq", { p.HC, s.c_in })
     if s.qkv_bias then input("bq", { p.HC }, "weight") end
-    input("wk", { p.GC, s.c_kv }, "weight")
+    matrix("wk", { p.GC, s.c_kv })
     if s.qkv_bias then input("bk", { p.GC }, "weight") end
-    input("wv", { p.GC, s.c_kv }, "weight")
+    matrix("wv", { p.GC, s.c_kv })
     if s.qkv_bias then input("bv", { p.GC }, "weight") end
     if s.gated then
-      input("wg", { p.HC, s.c_in }, "weight"); input("bg", { p.HC }, "weight")
+      matrix("wg", { p.HC, s.c_in }); input("bg", { p.HC }, "weight")
     end
-    input("wo", { s.c_in, p.HC }, "weight")
+    matrix("wo", { s.c_in, p.HC })
     if s.out_bias then input("bo", { s.c_in }, "weight") end
     sig.out = out_shape
   end

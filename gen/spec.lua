@@ -33,6 +33,7 @@ local KEYS = {
   out_bias = "bool", gated = "bool", global = "bool", global_mean = "enum",
   bias = "shape", mask = "enum", causal = "enum", window = "pair", scale = "float",
   empty_rows = "enum", mode = "enum", dtype = "enum", name = "ident", layout = "enum",
+  weights = "enum",
 }
 local ENUMS = {
   preset = { "alphafold", "mha", "mqa", "gqa" },
@@ -43,12 +44,13 @@ local ENUMS = {
   mode = { "full", "core" },
   layout = { "bhsc", "bshc" },
   dtype = { "f32", "f64", "bf16", "f16" },
+  weights = { "int8", "f32", "f64", "bf16", "f16" },
 }
 local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias = "true", out_bias = "true" }
 local KEY_ORDER = {
   "preset", "mode", "x", "kv", "q", "layout", "attn_dim", "heads", "kv_heads", "head_dim", "qkv_bias",
   "out_bias", "gated", "global", "global_mean", "bias", "mask", "causal", "window", "scale",
-  "empty_rows", "dtype", "name",
+  "empty_rows", "dtype", "weights", "name",
 }
 M.KEY_ORDER = KEY_ORDER
 
@@ -297,7 +299,7 @@ function M.parse(text)
   s.window = get("window", false)
 
   if s.mode == "core" then
-    for _, k in ipairs({ "x", "attn_dim", "head_dim", "qkv_bias", "out_bias", "gated", "global", "global_mean" }) do
+    for _, k in ipairs({ "x", "attn_dim", "head_dim", "qkv_bias", "out_bias", "gated", "global", "global_mean", "weights" }) do
       forbid(k, "does not apply in mode=core (core mode takes already-projected q, k, v)")
     end
     -- layout bhsc: q (*, heads, Sq, head_dim); bshc: q (*, Sq, heads, head_dim), as projections leave it
@@ -347,6 +349,12 @@ function M.parse(text)
   else
     forbid("q", "is for mode=core; in full mode the query input is x")
     forbid("layout", "is for mode=core; full mode lays out its own projections")
+    -- the projection weights' storage: int8 (with per-row scales) or a dtype
+    s.weights = get("weights", s.dtype)
+    if (s.dtype == "f64") ~= (s.weights == "f64") and s.weights ~= "int8" then
+      fail(pos("weights"), "weights=%s with dtype=%s: an f64 kernel takes f64 or int8 weights and the others take f32, bf16, f16 or int8; drop weights= or use weights=%s",
+        s.weights, s.dtype, s.dtype == "f64" and "int8" or "bf16")
+    end
     s.layout = "bhsc"
     if not raw.x then fail(whole, "missing key 'x': the query input shape, e.g. x=B,S,512") end
     local x = raw.x.value
@@ -577,6 +585,7 @@ function M.canonical(s, noname)
   add("scale", fmt_float(s.scale))
   add("empty_rows", s.empty_rows)
   add("dtype", s.dtype)
+  if s.weights and s.weights ~= s.dtype then add("weights", s.weights) end -- v1 canonical strings keep their form
   if not noname then add("name", s.name) end
   return concat(t, " ")
 end

@@ -36,6 +36,11 @@ static const char *slot_aliases(int slot)
   case ATTNC_SLOT_BG: return "linear_g.bias";
   case ATTNC_SLOT_WO: return "linear_o.weight, o_proj.weight or out_proj.weight";
   case ATTNC_SLOT_BO: return "linear_o.bias, o_proj.bias or out_proj.bias";
+  case ATTNC_SLOT_WQ_SCALE: return "linear_q.weight_scale, q_proj.weight_scale or in_proj_weight_scale";
+  case ATTNC_SLOT_WK_SCALE: return "linear_k.weight_scale, k_proj.weight_scale or in_proj_weight_scale";
+  case ATTNC_SLOT_WV_SCALE: return "linear_v.weight_scale, v_proj.weight_scale or in_proj_weight_scale";
+  case ATTNC_SLOT_WG_SCALE: return "linear_g.weight_scale";
+  case ATTNC_SLOT_WO_SCALE: return "linear_o.weight_scale, o_proj.weight_scale or out_proj.weight_scale";
   default: return attnc_slot_name(slot);
   }
 }
@@ -84,22 +89,62 @@ void attnc_bindings_free(attnc_bindings *b)
 }
 
 /* The slot a tensor name binds to, -2 for in_proj_weight, -3 for
- * in_proj_bias, -1 for none. */
+ * in_proj_bias, -4 for in_proj_weight_scale, -1 for none.  A weight
+ * matrix's name + "_scale" names its int8 scales (DESIGN.md). */
 int attnc_bindings_lookup_name(const char *name)
 {
+  static const char suffix[] = "_scale";
+  const size_t n = strlen(name), ns = sizeof suffix - 1;
   size_t i;
   for (i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
     if (strcmp(NAMES[i].name, name) == 0) return NAMES[i].slot;
   if (strcmp(name, "in_proj_weight") == 0) return -2;
   if (strcmp(name, "in_proj_bias") == 0) return -3;
+  if (strcmp(name, "in_proj_weight_scale") == 0) return -4;
+  if (n > ns && strcmp(name + n - ns, suffix) == 0)
+    for (i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+      if (attnc_slot_is_matrix(NAMES[i].slot) && strlen(NAMES[i].name) == n - ns && strncmp(NAMES[i].name, name, n - ns) == 0)
+        return attnc_slot_scale(NAMES[i].slot);
   return -1;
 }
 
 static attnc_status wrong_dtype(const char *name, const attnc_tensor *t, const attnc_gen *g, attnc_error *err)
 {
+  if (t->dtype == ATTNC_I8)
+    return attnc_err_set(err, ATTNC_EBIND,
+                         "tensor '%s' has dtype I8, but only weight matrices of a weights=int8 spec are int8%s", name,
+                         g->core ? "" : ": add weights=int8 to the spec");
   return attnc_err_set(err, ATTNC_EBIND,
                        "tensor '%s' has dtype %s; the kernel takes F32, F64, BF16 or F16 (converted to its %s)", name,
                        attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
+}
+
+/* Can a tensor of this dtype bind to slot (-2, -4: in_proj_weight and its
+ * scales)?  The weight matrices of a weights=int8 kernel only as I8, with
+ * their scales; everything else in any floating dtype, converted. */
+static attnc_status check_dtype(const char *name, int slot, const attnc_tensor *t, const attnc_gen *g, attnc_error *err)
+{
+  const int matrix = slot == -2 || (slot >= 0 && attnc_slot_is_matrix(slot));
+  const int scale = slot == -4 || slot >= ATTNC_SLOT_WQ_SCALE;
+  if (slot == ATTNC_SLOT_MASK) return ATTNC_OK; /* a mask may have any dtype */
+  if (matrix && g->wdtype == ATTNC_I8) {
+    if (t->dtype == ATTNC_I8) return ATTNC_OK;
+    return attnc_err_set(err, ATTNC_EBIND,
+                         "tensor '%s' has dtype %s but the spec has weights=int8: quantise the weights first "
+                         "(attnc quantize --tensors FILE --out FILE.int8) or drop weights=int8", name, attnc_dtype_name(t->dtype));
+  }
+  if (scale && g->wdtype != ATTNC_I8)
+    return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (int8 scales: the spec has no weights=int8)", name);
+  if (!attnc_convert_takes(t->dtype)) return wrong_dtype(name, t, g, err);
+  return ATTNC_OK;
+}
+
+/* New int8 scales: every weight matrix is packed again on the next run. */
+static void forget_packed(attnc_bindings *b)
+{
+  int s;
+  for (s = 0; s < ATTNC_SLOT_COUNT; s++)
+    if (attnc_slot_is_matrix(s)) b->packed_from[s] = NULL;
 }
 
 /* Bind one tensor; quiet=1 skips names the kernel does not use. */
@@ -116,17 +161,22 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
     if (quiet) return ATTNC_OK;
     return attnc_err_set(err, ATTNC_EBIND, "unknown tensor name '%s' (inputs: x, kv, bias, mask, q, k, v; weights: linear_q.weight, q_proj.weight, in_proj_weight, ...)", name);
   }
-  if (slot == -2 || slot == -3) {
-    if (g->core || (!g->qkv_bias && slot == -3)) {
+  if (slot <= -2) {
+    if (g->core || (!g->qkv_bias && slot == -3) || (g->wdtype != ATTNC_I8 && slot == -4)) {
       if (quiet) return ATTNC_OK;
       return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (%s)", name,
-                           g->core ? "mode=core has no projections" : "the spec has qkv_bias=false");
+                           g->core ? "mode=core has no projections"
+                           : slot == -3 ? "the spec has qkv_bias=false" : "int8 scales: the spec has no weights=int8");
     }
-    if (!attnc_convert_takes(t->dtype)) return wrong_dtype(name, t, g, err);
+    {
+      attnc_status s = check_dtype(name, slot, t, g, err);
+      if (s != ATTNC_OK) return s;
+    }
     if (slot == -2) { b->in_proj_w = *t; b->has_in_proj_w = 1; }
-    else { b->in_proj_b = *t; b->has_in_proj_b = 1; }
+    else if (slot == -3) { b->in_proj_b = *t; b->has_in_proj_b = 1; }
+    else { b->in_proj_s = *t; b->has_in_proj_s = 1; forget_packed(b); }
     /* forget the q/k/v views split from an earlier in_proj_* so the next run splits this one */
-    for (int s = ATTNC_SLOT_WQ; s <= ATTNC_SLOT_BV; s++)
+    for (int s = 0; s < ATTNC_SLOT_COUNT; s++)
       if (b->from[s] && strcmp(b->from[s], name) == 0) {
         b->from[s] = NULL;
         b->packed_from[s] = NULL;
@@ -136,11 +186,16 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
   }
   if (!g->used[slot]) {
     if (quiet) return ATTNC_OK;
+    if (slot >= ATTNC_SLOT_WQ_SCALE && g->wdtype != ATTNC_I8)
+      return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (int8 scales: the spec has no weights=int8)", name);
     return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (check the spec: %s)", name, g->canonical);
   }
-  if (slot != ATTNC_SLOT_MASK && !attnc_convert_takes(t->dtype)) /* a mask may have any dtype */
-    return wrong_dtype(name, t, g, err);
+  {
+    attnc_status s = check_dtype(name, slot, t, g, err);
+    if (s != ATTNC_OK) return s;
+  }
   b->t[slot] = *t;
+  if (slot >= ATTNC_SLOT_WQ_SCALE) forget_packed(b); /* packed from the old scales */
   b->packed_from[slot] = NULL; /* repack and convert on the next run, even from the same buffer */
   b->conv_from[slot] = NULL;
   snprintf(b->from_buf[slot], sizeof b->from_buf[slot], "%s", name);
@@ -321,6 +376,24 @@ static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
     }
   }
   off = 0;
+  if (b->has_in_proj_s && g->wdtype == ATTNC_I8) {
+    const attnc_tensor *t = &b->in_proj_s;
+    const size_t es = attnc_dtype_size(t->dtype);
+    const int slots_s[3] = { ATTNC_SLOT_WQ_SCALE, ATTNC_SLOT_WK_SCALE, ATTNC_SLOT_WV_SCALE };
+    if (t->rank != 1 || t->shape[0] != hc + 2 * gc)
+      return attnc_err_set(err, ATTNC_EBIND, "in_proj_weight_scale must be (%lld), one scale per row of in_proj_weight",
+                           (long long)(hc + 2 * gc));
+    if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'in_proj_weight_scale' has no data");
+    for (i = 0; i < 3; i++) {
+      if (!b->from[slots_s[i]]) {
+        attnc_tensor v = { t->dtype, 1, { rows[i] }, (char *)t->data + (size_t)off * es };
+        b->t[slots_s[i]] = v;
+        b->from[slots_s[i]] = "in_proj_weight_scale";
+      }
+      off += rows[i];
+    }
+  }
+  off = 0;
   if (b->has_in_proj_b && g->qkv_bias) {
     const attnc_tensor *t = &b->in_proj_b;
     const size_t es = attnc_dtype_size(t->dtype);
@@ -441,7 +514,8 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   static const int order[] = {
     ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V, ATTNC_SLOT_BIAS,
     ATTNC_SLOT_WQ, ATTNC_SLOT_BQ, ATTNC_SLOT_WK, ATTNC_SLOT_BK, ATTNC_SLOT_WV, ATTNC_SLOT_BV,
-    ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO
+    ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO, ATTNC_SLOT_WQ_SCALE, ATTNC_SLOT_WK_SCALE,
+    ATTNC_SLOT_WV_SCALE, ATTNC_SLOT_WG_SCALE, ATTNC_SLOT_WO_SCALE
   };
   attnc_err_clear(err);
   if (!b) return attnc_err_set(err, ATTNC_EARG, "bindings are NULL");

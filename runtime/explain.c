@@ -116,11 +116,13 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
   }
   es = attnc_dtype_size(g.dtype);
   put(&t, "canonical: %s\n", g.canonical);
-  put(&t, "kernel:    %s_run, %s\n", g.name, g.dtype == ATTNC_F64 ? "f64" : "f32");
+  put(&t, "kernel:    %s_run, %s%s%s%s\n", g.name, attnc_dtype_name(g.dtype),
+      g.dtype == ATTNC_BF16 || g.dtype == ATTNC_F16 ? " (computed in F32)" : "",
+      g.wdtype != g.dtype ? ", weights " : "", g.wdtype != g.dtype ? attnc_dtype_name(g.wdtype) : "");
   put(&t, "tensors:\n");
   for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
     if (!g.used[slot] || slot == ATTNC_SLOT_MASK) continue;
-    shape_line(&t, &g, attnc_slot_name(slot), &g.shape[slot], es, names, values, n,
+    shape_line(&t, &g, attnc_slot_name(slot), &g.shape[slot], attnc_dtype_size(attnc_slot_dtype(&g, slot)), names, values, n,
                slot >= ATTNC_SLOT_WQ ? &weights : &inputs);
   }
   if (g.has_mask) shape_line(&t, &g, "mask", &g.mask, 1, names, values, n, &inputs);

@@ -369,6 +369,32 @@ const char *attnc_slot_name(int slot)
   return (slot >= 0 && slot < ATTNC_SLOT_COUNT) ? SLOT_KEYS[slot] : "?";
 }
 
+int attnc_slot_is_matrix(int slot)
+{
+  return slot == ATTNC_SLOT_WQ || slot == ATTNC_SLOT_WK || slot == ATTNC_SLOT_WV || slot == ATTNC_SLOT_WG ||
+         slot == ATTNC_SLOT_WO;
+}
+
+int attnc_slot_scale(int slot)
+{
+  switch (slot) {
+  case ATTNC_SLOT_WQ: return ATTNC_SLOT_WQ_SCALE;
+  case ATTNC_SLOT_WK: return ATTNC_SLOT_WK_SCALE;
+  case ATTNC_SLOT_WV: return ATTNC_SLOT_WV_SCALE;
+  case ATTNC_SLOT_WG: return ATTNC_SLOT_WG_SCALE;
+  case ATTNC_SLOT_WO: return ATTNC_SLOT_WO_SCALE;
+  default: return -1;
+  }
+}
+
+attnc_dtype attnc_slot_dtype(const attnc_gen *g, int slot)
+{
+  if (slot == ATTNC_SLOT_MASK) return ATTNC_U8;
+  if (attnc_slot_is_matrix(slot)) return g->wdtype;
+  if (slot >= ATTNC_SLOT_WQ_SCALE) return ATTNC_F32;
+  return g->dtype;
+}
+
 /* The cc backend's spec index (cc_index.c) stores this result as it is: when
  * what a field means changes, change INDEX_MAGIC there. */
 static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
@@ -387,6 +413,11 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   {
     const char *dt = str_field(L, sp, "dtype");
     g->dtype = strcmp(dt, "f64") == 0 ? ATTNC_F64 : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
+    lua_getfield(L, sp, "weights"); /* full mode only */
+    dt = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+    g->wdtype = !dt ? g->dtype : strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64
+              : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
+    lua_pop(L, 1);
   }
   lua_getfield(L, sp, "dims");
   n = (int)luaL_len(L, -1);

@@ -29,6 +29,7 @@ typedef struct attnc_gen {
   char *canonical, *name, *source, *header;
   int plain;               /* the plain form: NAME_run only, no phases */
   attnc_dtype dtype;
+  attnc_dtype wdtype;      /* the weight matrices' storage: dtype, another float type, or I8 (weights=int8) */
   int ndims;
   char **dim_names;
   int used[ATTNC_SLOT_COUNT];
@@ -115,8 +116,8 @@ struct attnc_bindings {
   attnc_tensor t[ATTNC_SLOT_COUNT];
   const char *from[ATTNC_SLOT_COUNT];  /* the name each tensor was bound under */
   char from_buf[ATTNC_SLOT_COUNT][96];
-  attnc_tensor in_proj_w, in_proj_b;
-  int has_in_proj_w, has_in_proj_b;
+  attnc_tensor in_proj_w, in_proj_b, in_proj_s; /* in_proj_weight, _bias, and weight_scale (int8) */
+  int has_in_proj_w, has_in_proj_b, has_in_proj_s;
   int64_t dims[64];
   int dim_set[64];
   char dim_from[64][96];
@@ -155,5 +156,11 @@ const unsigned char *attnc_bindings_mask_u8(const attnc_bindings *b);
 
 /* Slot names for messages ("x", "wq", ...). */
 const char *attnc_slot_name(int slot);
+/* The dtype a kernel reads slot in: the weight matrices in g->wdtype, their
+ * scales in F32, the mask as U8, the rest in g->dtype. */
+attnc_dtype attnc_slot_dtype(const attnc_gen *g, int slot);
+/* 1 for the weight matrix slots (WQ, WK, WV, WG, WO); their scale slot. */
+int attnc_slot_is_matrix(int slot);
+int attnc_slot_scale(int slot);
 
 #endif

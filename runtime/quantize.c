@@ -17,9 +17,7 @@ int attnc_quantize_takes(const char *name, const attnc_tensor *t)
   for (p = 0; name[p]; p++)
     if (p == 0 || name[p - 1] == '.') {
       const int slot = attnc_bindings_lookup_name(name + p);
-      if (slot == -2 || slot == ATTNC_SLOT_WQ || slot == ATTNC_SLOT_WK || slot == ATTNC_SLOT_WV || slot == ATTNC_SLOT_WG ||
-          slot == ATTNC_SLOT_WO)
-        return 1;
+      if (slot == -2 || (slot >= 0 && attnc_slot_is_matrix(slot))) return 1;
     }
   return 0;
 }

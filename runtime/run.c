@@ -20,15 +20,16 @@ static void run_item(void *ctx, long item, int thread)
   c->fns->phase(c->args, c->phase, item, item + 1, thread);
 }
 
-/* Tensors bound in another floating dtype, in the kernel's: weights once
- * per binding (like packing: rebind after changing the data), inputs on
- * every run, since their data may change between runs. */
+/* Tensors bound in another floating dtype, in the one the kernel reads
+ * them in (attnc_slot_dtype): weights once per binding (like packing:
+ * rebind after changing the data), inputs on every run, since their data
+ * may change between runs. */
 static attnc_status convert_tensors(attnc_bindings *b, attnc_args *args, attnc_error *err)
 {
-  const attnc_dtype kd = b->k->gen.dtype;
   int slot, a;
   for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
     const attnc_tensor *t = &b->t[slot];
+    const attnc_dtype kd = attnc_slot_dtype(&b->k->gen, slot);
     size_t n = 1;
     if (!b->k->gen.used[slot] || slot == ATTNC_SLOT_MASK || t->dtype == kd) continue;
     if (slot >= ATTNC_SLOT_WQ && b->conv_from[slot] == t->data && b->conv[slot]) {
@@ -50,6 +51,26 @@ static attnc_status convert_tensors(attnc_bindings *b, attnc_args *args, attnc_e
   return ATTNC_OK;
 }
 
+/* A weight matrix as f32 for packing: converted from a 16-bit dtype, or
+ * dequantised (q * its row's scale) from int8.  malloc'd. */
+static float *weight_f32(const attnc_bindings *b, const attnc_args *args, int slot, size_t rows, size_t cols)
+{
+  const attnc_dtype wd = attnc_slot_dtype(&b->k->gen, slot);
+  const size_t n = rows * cols;
+  float *w = malloc(sizeof(float) * (n > 0 ? n : 1));
+  size_t r, c;
+  if (!w) return NULL;
+  if (wd == ATTNC_I8) {
+    const int8_t *q = args->t[slot];
+    const float *scale = args->t[attnc_slot_scale(slot)];
+    for (r = 0; r < rows; r++)
+      for (c = 0; c < cols; c++) w[r * cols + c] = (float)q[r * cols + c] * scale[r];
+  } else {
+    attnc_convert(args->t[slot], wd, w, ATTNC_F32, n);
+  }
+  return w;
+}
+
 /* Pack the weights for the primitives (in f32) once; again only if rebound. */
 static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_error *err)
 {
@@ -57,30 +78,24 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
   size_t i;
   for (i = 0; i < sizeof w / sizeof w[0]; i++) {
     int slot = w[i];
-    const attnc_tensor *t = &b->t[slot]; /* as bound; args->t[slot] holds it in f32 */
+    const attnc_tensor *t = &b->t[slot]; /* as bound; args->t[slot] holds it as the kernel reads it */
     if (!b->k->gen.used[slot]) continue;
     if (b->packed_from[slot] != t->data || !b->packed[slot]) {
-      long n = attnc_prims_pack_size((long)t->shape[0], (long)t->shape[1]);
+      const long rows = (long)t->shape[0], cols = (long)t->shape[1];
+      long n = attnc_prims_pack_size(rows, cols);
       void *p = NULL;
+      float *f32 = NULL;
       /* 64-byte aligned, so that no vector load of a panel spans two cache
        * lines (malloc gives 16 bytes past a page for a large block) */
-      if (posix_memalign(&p, 64, sizeof(float) * (size_t)n) != 0)
-        return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
-      free(b->packed[slot]);
-      if (b->k->gen.dtype == ATTNC_F32) {
-        attnc_prims_pack((const float *)args->t[slot], (long)t->shape[0], (long)t->shape[1], p);
-      } else { /* a bf16 or f16 kernel computes in f32: its weights widened (exactly) first */
-        const size_t n = (size_t)t->shape[0] * (size_t)t->shape[1];
-        float *w = malloc(sizeof(float) * (n > 0 ? n : 1));
-        if (!w) {
-          free(p);
-          b->packed[slot] = NULL;
-          return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
-        }
-        attnc_convert(args->t[slot], b->k->gen.dtype, w, ATTNC_F32, n);
-        attnc_prims_pack(w, (long)t->shape[0], (long)t->shape[1], p);
-        free(w);
+      if (posix_memalign(&p, 64, sizeof(float) * (size_t)n) != 0) p = NULL;
+      if (p && attnc_slot_dtype(&b->k->gen, slot) != ATTNC_F32 && !(f32 = weight_f32(b, args, slot, (size_t)rows, (size_t)cols))) {
+        free(p);
+        p = NULL;
       }
+      if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
+      free(b->packed[slot]);
+      attnc_prims_pack(f32 ? f32 : (const float *)args->t[slot], rows, cols, p);
+      free(f32);
       b->packed[slot] = p;
       b->packed_from[slot] = t->data;
     }

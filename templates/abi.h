@@ -14,11 +14,14 @@
  * runtime share, as ENTRY(NAME, key): the C name, and the word the spec and
  * the generator use (gen/emit.lua reads these lists from this file). */
 
-/* The tensors a kernel may read, in slot order. */
+/* The tensors a kernel may read, in slot order (the _SCALE slots: the F32
+ * per-output-row scales of int8 weights, weights=int8). */
 #define ATTNC_SLOT_LIST(ENTRY) \
   ENTRY(X, x) ENTRY(KV, kv) ENTRY(BIAS, bias) ENTRY(MASK, mask) ENTRY(Q, q) ENTRY(K, k) ENTRY(V, v) \
   ENTRY(WQ, wq) ENTRY(BQ, bq) ENTRY(WK, wk) ENTRY(BK, bk) ENTRY(WV, wv) ENTRY(BV, bv) \
-  ENTRY(WG, wg) ENTRY(BG, bg) ENTRY(WO, wo) ENTRY(BO, bo)
+  ENTRY(WG, wg) ENTRY(BG, bg) ENTRY(WO, wo) ENTRY(BO, bo) \
+  ENTRY(WQ_SCALE, wq_scale) ENTRY(WK_SCALE, wk_scale) ENTRY(WV_SCALE, wv_scale) ENTRY(WG_SCALE, wg_scale) \
+  ENTRY(WO_SCALE, wo_scale)
 /* What a query that sees no key gets (spec key empty_rows): a zero output,
  * uniform weights over every key (the mean of v), or NaN. */
 #define ATTNC_EMPTY_ROWS_LIST(ENTRY) ENTRY(ZERO, zero) ENTRY(UNIFORM, uniform) ENTRY(NAN, nan)

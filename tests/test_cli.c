@@ -1331,6 +1331,73 @@ static void test_cli_run_bf16_checkpoint(void **state)
   expect_rows_bias("out_bf16.safetensors", 1, 3);
 }
 
+/* The checkpoint paths of issue 26 end to end: attnc quantize, then run a
+ * weights=int8 spec on its output (within DESIGN.md's int8 bound of the
+ * f32 run on the float weights), and a dtype=bf16 spec that writes `out`
+ * as BF16. */
+static void test_cli_run_int8_and_bf16(void **state)
+{
+  enum { C = 8, S = 5 };
+  static float w[4][C * C], x[S * C];
+  st_tensor t[5];
+  static const char *const names[4] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
+  char path[PATH_MAX + 64];
+  attnc_safetensors *f;
+  attnc_tensor o;
+  attnc_error e;
+  cli_result r;
+  float *o32, *o8;
+  int64_t shape[8];
+  int rank, m, i;
+  double d2 = 0, r2 = 0;
+  (void)state;
+  for (m = 0; m < 4; m++) {
+    for (i = 0; i < C * C; i++) w[m][i] = (float)(((i * 29 + m * 13) % 31) - 15) / 40.0f;
+    t[m] = tens(names[m], w[m], 2, C, C, 0);
+  }
+  for (i = 0; i < S * C; i++) x[i] = (float)((i * 17 % 13) - 6) / 6.0f;
+  t[4] = tens("x", x, 3, 1, S, C);
+  st_write("w8_in.safetensors", t, 5);
+#define SPEC8 "mha x=1,S,8 heads=2 qkv_bias=false out_bias=false causal"
+  CLI(r, "run", SPEC8, "--tensors", "w8_in.safetensors", "--out", "w8_f32.safetensors");
+  EXPECT_EXIT0(r, "run f32");
+  cli_free(&r);
+  CLI(r, "run", SPEC8 " weights=int8", "--tensors", "w8_in.safetensors", "--out", "w8_bad.safetensors");
+  EXPECT_FAIL(r, "float weights to a weights=int8 spec");
+  EXPECT_HAS(r, r.err, "attnc quantize", "the message names the fix");
+  cli_free(&r);
+  CLI(r, "quantize", "--tensors", "w8_in.safetensors", "--out", "w8_q.safetensors");
+  EXPECT_EXIT0(r, "quantize");
+  cli_free(&r);
+  CLI(r, "run", SPEC8 " weights=int8", "--tensors", "w8_q.safetensors", "--out", "w8_int8.safetensors");
+  EXPECT_EXIT0(r, "run weights=int8 on attnc quantize's output");
+  cli_free(&r);
+  o32 = st_read("w8_f32.safetensors", "out", &rank, shape);
+  o8 = st_read("w8_int8.safetensors", "out", &rank, shape);
+  for (i = 0; i < S * C; i++) {
+    d2 += ((double)o8[i] - o32[i]) * ((double)o8[i] - o32[i]);
+    r2 += (double)o32[i] * o32[i];
+  }
+  printf("weights=int8 against f32 weights: NMSE %.3g (DESIGN.md's bound 1e-3)\n", d2 / r2);
+  assert_true(r2 > 0 && d2 > 0); /* quantisation changed something */
+  assert_true(d2 / r2 <= 1e-3);
+  free(o32);
+  free(o8);
+
+  CLI(r, "run", "mha x=1,S,8 heads=2 qkv_bias=false out_bias=false causal dtype=bf16", "--tensors", "w8_in.safetensors",
+      "--out", "w8_bf16.safetensors");
+  EXPECT_EXIT0(r, "run dtype=bf16");
+  cli_free(&r);
+  f = attnc_st_open(wpath(path, sizeof path, "w8_bf16.safetensors"), &e);
+  assert_non_null(f);
+  assert_int_equal(attnc_st_find(f, "out", &o), ATTNC_OK);
+  assert_int_equal(o.dtype, ATTNC_BF16);
+  assert_int_equal(o.rank, 3);
+  assert_int_equal(o.shape[1], S);
+  attnc_st_close(f);
+#undef SPEC8
+}
+
 static void test_cli_run_alphafold_names(void **state) { (void)state; run_scheme("af", "w_af.safetensors", "out_af.safetensors"); }
 static void test_cli_run_hf_names(void **state) { (void)state; run_scheme("hf", "w_hf.safetensors", "out_hf.safetensors"); }
 static void test_cli_run_torch_names(void **state) { (void)state; run_scheme("torch", "w_torch.safetensors", "out_torch.safetensors"); }
@@ -1811,6 +1878,7 @@ int main(void)
     cmocka_unit_test(test_cli_show),
     cmocka_unit_test(test_cli_run_bf16_checkpoint),
     cmocka_unit_test(test_cli_quantize),
+    cmocka_unit_test(test_cli_run_int8_and_bf16),
     cmocka_unit_test(test_cli_show_plain),
     cmocka_unit_test(test_cli_plain_gen_run_check),
     cmocka_unit_test(test_cli_show_bytecode_equals_text),

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "internal.h"
 
 #define SPEC "mha x=B,S,8 heads=2 qkv_bias=false"
 
@@ -303,6 +304,167 @@ static void test_runtime_binds_other_dtypes(void **state)
   }
 }
 
+/* Rounding to the 16-bit types: every bf16 and f16 value survives the
+ * round trip; the midpoint between two neighbours goes to the even one,
+ * and a hair either side of it to the nearer; F64 rounds once (no double
+ * rounding through f32). */
+static double f16_value(uint16_t h)
+{
+  double d;
+  attnc_convert(&h, ATTNC_F16, &d, ATTNC_F64, 1);
+  return d;
+}
+static double bf16_value(uint16_t h)
+{
+  double d;
+  attnc_convert(&h, ATTNC_BF16, &d, ATTNC_F64, 1);
+  return d;
+}
+static uint16_t to16(double d, attnc_dtype dt)
+{
+  uint16_t h;
+  attnc_convert(&d, ATTNC_F64, &h, dt, 1);
+  return h;
+}
+static uint16_t to16f(float f, attnc_dtype dt)
+{
+  uint16_t h;
+  attnc_convert(&f, ATTNC_F32, &h, dt, 1);
+  return h;
+}
+static void test_runtime_rounds_to_16_bits(void **state)
+{
+  unsigned u;
+  (void)state;
+  for (u = 0; u < 65536; u++) {
+    const uint16_t h = (uint16_t)u;
+    const double f = f16_value(h), b = bf16_value(h);
+    if (f == f) { /* not NaN: the value comes back as the same bits (but -0 and 0 differ) */
+      assert_int_equal(to16(f, ATTNC_F16), h);
+      assert_int_equal(to16f((float)f, ATTNC_F16), h);
+    } else {
+      assert_true(f16_value(to16(f, ATTNC_F16)) != f16_value(to16(f, ATTNC_F16)));
+    }
+    if (b == b) {
+      assert_int_equal(to16(b, ATTNC_BF16), h);
+      assert_int_equal(to16f((float)b, ATTNC_BF16), h);
+    } else {
+      assert_true(bf16_value(to16(b, ATTNC_BF16)) != bf16_value(to16(b, ATTNC_BF16)));
+    }
+    /* midpoints between h and h+1, among finite positive values */
+    if (u < 0x7bff) {
+      const double lo = f16_value(h), hi = f16_value((uint16_t)(h + 1)), mid = (lo + hi) / 2;
+      assert_int_equal(to16(mid, ATTNC_F16), (h & 1) ? h + 1 : h);
+      assert_int_equal(to16(mid + (hi - lo) * 1e-6, ATTNC_F16), h + 1);
+      assert_int_equal(to16(mid - (hi - lo) * 1e-6, ATTNC_F16), h);
+    }
+    if (u < 0x7f7f) {
+      const double lo = bf16_value(h), hi = bf16_value((uint16_t)(h + 1)), mid = (lo + hi) / 2;
+      assert_int_equal(to16(mid, ATTNC_BF16), (h & 1) ? h + 1 : h);
+      /* a double just above the midpoint whose f32 rounding is the midpoint
+       * itself: rounding through f32 would tie to even, once rounds up */
+      assert_int_equal(to16(mid + mid * 1e-12, ATTNC_BF16), h + 1);
+      assert_int_equal(to16(mid - mid * 1e-12, ATTNC_BF16), h);
+    }
+  }
+  assert_int_equal(to16(65520.0, ATTNC_F16), 0x7c00);  /* rounds past the largest f16: infinity */
+  assert_int_equal(to16(65519.0, ATTNC_F16), 0x7bff);
+  assert_int_equal(to16(-1e300, ATTNC_BF16), 0xff80);
+}
+
+/* weights=int8: weights quantised by attnc_quantize_int8 and bound as I8
+ * with their scales (Hugging Face names, or torch's stacked in_proj_weight
+ * and in_proj_weight_scale) give the same bits as an f32 kernel bound with
+ * the dequantised weights q * scale; a float weight, a missing scale and
+ * an I8 tensor where none belongs are refused with the fix. */
+static void int8_run(const char *spec, int stacked, int as_f32, float *out)
+{
+  enum { C = 16, N = 2 * 5 * C };
+  static const char *const names[4] = { "q_proj", "k_proj", "v_proj", "o_proj" };
+  float w[4][C * C], x[N], deq[4][C * C], sc[4][C], stack_s[3 * C];
+  int8_t q[4][C * C], stack_q[3 * C * C];
+  attnc_error e;
+  attnc_kernel *k = attnc_compile(spec, NULL, &e);
+  attnc_bindings *b;
+  attnc_tensor tx = t3(2, 5, C, x), to = t3(2, 5, C, out);
+  char name[64];
+  int m, i;
+  assert_non_null(k);
+  b = attnc_bindings_new(k);
+  for (i = 0; i < N; i++) x[i] = (float)((i * 37 % 23) - 11) / 11.0f;
+  for (m = 0; m < 4; m++) {
+    attnc_tensor tw = t2(C, C, w[m]);
+    for (i = 0; i < C * C; i++) w[m][i] = (float)(((i + 7 * m) * 53 % 41) - 20) / (float)(60 + (i / C));
+    assert_int_equal(attnc_quantize_int8(&tw, q[m], sc[m], &e), ATTNC_OK);
+    for (i = 0; i < C * C; i++) deq[m][i] = (float)q[m][i] * sc[m][i / C];
+  }
+  assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+  for (m = 0; m < 4; m++) {
+    attnc_tensor tw = t2(C, C, as_f32 ? (void *)deq[m] : (void *)q[m]), ts = t2(C, 1, sc[m]);
+    ts.rank = 1;
+    if (!as_f32) tw.dtype = ATTNC_I8;
+    if (stacked && m < 3) continue;
+    snprintf(name, sizeof name, "%s.weight", names[m]);
+    assert_int_equal(attnc_bind(b, name, &tw, &e), ATTNC_OK);
+    snprintf(name, sizeof name, "%s.weight_scale", names[m]);
+    if (!as_f32) assert_int_equal(attnc_bind(b, name, &ts, &e), ATTNC_OK);
+  }
+  if (stacked) {
+    attnc_tensor tw = t2(3 * C, C, stack_q), ts = t2(3 * C, 1, stack_s);
+    tw.dtype = ATTNC_I8;
+    ts.rank = 1;
+    for (m = 0; m < 3; m++) {
+      memcpy(stack_q + m * C * C, q[m], sizeof q[m]);
+      memcpy(stack_s + m * C, sc[m], sizeof sc[m]);
+    }
+    assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b, "in_proj_weight_scale", &ts, &e), ATTNC_OK);
+  }
+  if (attnc_run(b, &to, &e) != ATTNC_OK) fail_msg("%s: %s", spec, e.message);
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
+static void test_runtime_int8_weights(void **state)
+{
+  float want[160], got[160];
+  attnc_error e;
+  attnc_kernel *k;
+  attnc_bindings *b;
+  int8_t q[256] = { 0 };
+  float f[256] = { 0 };
+  attnc_tensor tq = t2(16, 16, q), tf = t2(16, 16, f), ts = t2(16, 1, f);
+  (void)state;
+  tq.dtype = ATTNC_I8;
+  ts.rank = 1;
+  int8_run("mha x=2,5,16 heads=2 qkv_bias=false out_bias=false causal", 0, 1, want);
+  int8_run("mha x=2,5,16 heads=2 qkv_bias=false out_bias=false causal weights=int8", 0, 0, got);
+  assert_memory_equal(want, got, sizeof want);
+  int8_run("mha x=2,5,16 heads=2 qkv_bias=false out_bias=false causal weights=int8", 1, 0, got);
+  assert_memory_equal(want, got, sizeof want);
+
+  k = attnc_compile("mha x=2,5,16 heads=2 weights=int8", NULL, &e);
+  assert_non_null(k);
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind(b, "q_proj.weight", &tf, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "has dtype F32 but the spec has weights=int8"));
+  assert_non_null(strstr(e.message, "attnc quantize"));
+  assert_int_equal(attnc_bind(b, "q_proj.bias", &tq, &e), ATTNC_EBIND); /* biases stay float */
+  assert_int_equal(attnc_bind(b, "q_proj.weight", &tq, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(b, NULL, &e), ATTNC_EMISSING);
+  attnc_bindings_free(b);
+  attnc_release(k);
+
+  k = attnc_compile("mha x=2,5,16 heads=2", NULL, &e);
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind(b, "q_proj.weight", &tq, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "add weights=int8 to the spec"));
+  assert_int_equal(attnc_bind(b, "q_proj.weight_scale", &ts, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "no weights=int8"));
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
 /* Inputs bound in another dtype are converted on every run (their data
  * may change between runs), and F64 data meets an f32 kernel rounded once,
  * as the caller's own cast to float would round it. */
@@ -540,6 +702,8 @@ int main(void)
     cmocka_unit_test(test_runtime_torch_in_proj_and_output_check),
     cmocka_unit_test(test_runtime_binds_other_dtypes),
     cmocka_unit_test(test_runtime_converted_inputs_follow_data),
+    cmocka_unit_test(test_runtime_rounds_to_16_bits),
+    cmocka_unit_test(test_runtime_int8_weights),
     cmocka_unit_test(test_runtime_rebind_repacks),
     cmocka_unit_test(test_runtime_safetensors_prefix),
     cmocka_unit_test(test_runtime_dump_dir),

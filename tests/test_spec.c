@@ -649,6 +649,36 @@ static void test_spec_key_layout(void **state)
   expect_err_named("mha mode=core q=B,S,4,64 layout=bsch", NULL, 1, 33, "layout must be one of bhsc, bshc");
 }
 
+/* dtype bf16 and f16; weights=int8 or another dtype for the weight
+ * matrices, written only when it differs from dtype (v1 specs keep their
+ * canonical strings); combinations that cannot be are errors with a fix. */
+static void test_spec_key_dtype_weights(void **state)
+{
+  char c[CANON_MAX], d[CANON_MAX];
+  (void)state;
+  canon("mha x=B,S,64 heads=4 dtype=bf16", c);
+  assert_word(c, "dtype=bf16");
+  assert_false(has_key(c, "weights"));
+  canon("mha x=B,S,64 heads=4 dtype=f16 weights=f16", d);
+  assert_word(d, "dtype=f16");
+  assert_false(has_key(d, "weights"));
+  canon("mha x=B,S,64 heads=4 weights=int8", c);
+  assert_word(c, "weights=int8");
+  assert_word(c, "dtype=f32");
+  canon("weights=int8 mha heads=4 x=B,S,64", d);
+  assert_string_equal(c, d);
+  canon("mha x=B,S,64 heads=4 dtype=bf16 weights=f32", c);
+  assert_word(c, "weights=f32");
+  canon("mha x=B,S,64 heads=4 dtype=f64 weights=int8", c);
+  assert_word(c, "weights=int8");
+  canon("mha x=B,S,64 heads=4", c);
+  assert_false(has_key(c, "weights"));
+  expect_err_named("mha x=B,S,64 heads=4 dtype=f64 weights=bf16", NULL, 1, 40, "an f64 kernel takes f64 or int8 weights");
+  expect_err_named("mha x=B,S,64 heads=4 weights=f64", NULL, 1, 30, "drop weights= or use weights=bf16");
+  expect_err_named("mha x=B,S,64 heads=4 weights=int4", NULL, 1, 30, "weights must be one of int8, f32, f64, bf16, f16");
+  expect_err_named("mha mode=core q=B,4,S,16 weights=int8", NULL, 1, 26, "'weights' does not apply in mode=core");
+}
+
 static void test_spec_key_mode_core(void **state)
 {
   char c[CANON_MAX];
@@ -1866,6 +1896,7 @@ int main(void)
     cmocka_unit_test(test_spec_key_scale),
     cmocka_unit_test(test_spec_key_empty_rows),
     cmocka_unit_test(test_spec_key_layout),
+    cmocka_unit_test(test_spec_key_dtype_weights),
     cmocka_unit_test(test_spec_key_mode_core),
     cmocka_unit_test(test_spec_key_dtype),
     cmocka_unit_test(test_spec_key_name),
