@@ -3,13 +3,16 @@
  * name (with its prefix), run on both backends in both kernel forms
  * (fast and plain) and compared with the
  * float64 `out` the script computed: 1e-5 absolute + 1e-4 relative for
- * f32, 1e-12 + 1e-10 for f64, NaN where PyTorch has NaN. */
+ * f32, 1e-12 + 1e-10 for f64, DESIGN.md's NMSE and elementwise bounds for
+ * bf16 and f16 (printing attnc's NMSE beside PyTorch's own bf16 result's),
+ * NaN where PyTorch has NaN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "checker.h"
 #include "testutil.h"
 
 static int run_case(const char *name, const char *prefix, const char *spec, attnc_backend be, attnc_form form)
@@ -49,8 +52,41 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
   got = tu_to_double(&out, &n);
   exp_ = tu_to_double(&want, &m);
   assert_int_equal(n, m);
-  atol = out.dtype == ATTNC_F32 ? 1e-5 : 1e-12;
-  rtol = out.dtype == ATTNC_F32 ? 1e-4 : 1e-10;
+  if (out.dtype == ATTNC_F32 || out.dtype == ATTNC_F64) {
+    atol = out.dtype == ATTNC_F32 ? 1e-5 : 1e-12;
+    rtol = out.dtype == ATTNC_F32 ? 1e-4 : 1e-10;
+  } else { /* bf16, f16: DESIGN.md's bounds, with the rms of the truth */
+    double nmse_max, a_rms, r2 = 0, d2 = 0, nm;
+    size_t j, nf = 0;
+    checker_bounds(out.dtype, &nmse_max, &atol, &a_rms, &rtol);
+    for (j = 0; j < n; j++)
+      if (exp_[j] == exp_[j]) {
+        r2 += exp_[j] * exp_[j];
+        d2 += (got[j] - exp_[j]) * (got[j] - exp_[j]);
+        nf++;
+      }
+    atol += a_rms * sqrt(r2 / (double)(nf ? nf : 1));
+    nm = r2 > 0 ? d2 / r2 : 0;
+    if (nm > nmse_max) {
+      fprintf(stderr, "MISMATCH %s: NMSE %.3g above %.0e\n", name, nm, nmse_max);
+      fails = 1;
+    }
+    if (be == ATTNC_BACKEND_TCC && form == ATTNC_FORM_FAST) { /* once per case: attnc beside PyTorch's own rounding */
+      attnc_tensor tt;
+      if (attnc_st_find(f, "out_torch", &tt) == ATTNC_OK) {
+        size_t mt = 0;
+        double *pt = tu_to_double(&tt, &mt), t2 = 0;
+        for (j = 0; j < mt && j < n; j++)
+          if (exp_[j] == exp_[j]) t2 += (pt[j] - exp_[j]) * (pt[j] - exp_[j]);
+        printf("golden %s: NMSE against the float64 truth: attnc %.3g, PyTorch's %s %.3g\n", name, nm,
+               attnc_dtype_name(out.dtype), r2 > 0 ? t2 / r2 : 0);
+        free(pt);
+      } else {
+        printf("golden %s: NMSE against the float64 truth: attnc %.3g (PyTorch has no %s CPU kernels to compare)\n", name,
+               nm, attnc_dtype_name(out.dtype));
+      }
+    }
+  }
   worst = tu_compare(got, exp_, n, atol, rtol, &where);
   if (worst > 1) {
     fprintf(stderr, "MISMATCH %s (%s backend, %s form): element %zu got %.9g want %.9g\n  spec: %s\n", name,

@@ -256,7 +256,7 @@ static void bind_mha8_weights(attnc_bindings *b, int skip_slot)
   attnc_error e;
   attnc_tensor w = T(ATTNC_F32, zeros, 8, 8), bias = T(ATTNC_F32, zeros, 8);
   int slot;
-  for (slot = ATTNC_SLOT_WQ; slot < ATTNC_SLOT_COUNT; slot++) {
+  for (slot = ATTNC_SLOT_WQ; slot < ATTNC_SLOT_WQ_SCALE; slot++) { /* f32 weights: no int8 scales */
     int is_bias = slot == ATTNC_SLOT_BQ || slot == ATTNC_SLOT_BK || slot == ATTNC_SLOT_BV || slot == ATTNC_SLOT_BO;
     if (slot == skip_slot || slot == ATTNC_SLOT_WG || slot == ATTNC_SLOT_BG) continue;
     assert_int_equal(attnc_bind(b, slot_bind_name(slot), is_bias ? &bias : &w, &e), ATTNC_OK);
@@ -415,7 +415,7 @@ static void test_validation_missing_tensors(void **state)
   assert_non_null(k);
   out = T(ATTNC_F32, obuf, 2, 3, 8);
   /* leave out each weight in turn */
-  for (slot = ATTNC_SLOT_WQ; slot < ATTNC_SLOT_COUNT; slot++) {
+  for (slot = ATTNC_SLOT_WQ; slot < ATTNC_SLOT_WQ_SCALE; slot++) { /* f32 weights: no int8 scales */
     char want[64];
     if (slot == ATTNC_SLOT_WG || slot == ATTNC_SLOT_BG) continue;
     b = attnc_bindings_new(k);

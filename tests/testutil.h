@@ -40,8 +40,23 @@ static inline double *tu_to_double(const attnc_tensor *t, size_t *count)
   for (a = 0; a < t->rank; a++) n *= (size_t)t->shape[a];
   d = malloc(n * sizeof *d + 1);
   if (!d) return NULL;
-  for (i = 0; i < n; i++)
-    d[i] = t->dtype == ATTNC_F32 ? (double)((const float *)t->data)[i] : ((const double *)t->data)[i];
+  for (i = 0; i < n; i++) {
+    if (t->dtype == ATTNC_BF16 || t->dtype == ATTNC_F16) {
+      const unsigned h = ((const uint16_t *)t->data)[i];
+      if (t->dtype == ATTNC_BF16) {
+        const uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        d[i] = f;
+      } else { /* binary16: sign, 5 exponent bits (bias 15), 10 fraction bits */
+        const unsigned e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        const double mag = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, (int)e - 25);
+        d[i] = (h & 0x8000) ? -mag : mag;
+      }
+    } else {
+      d[i] = t->dtype == ATTNC_F32 ? (double)((const float *)t->data)[i] : ((const double *)t->data)[i];
+    }
+  }
   if (count) *count = n;
   return d;
 }

@@ -21,7 +21,7 @@
 # repeat_interleave), head_dim != c_in/H, qkv_bias / out_bias, gated,
 # global (plain and masked mean, gated and ungated), cross-attention,
 # causal top_left / bottom_right, window L,R, scale, empty_rows
-# zero/uniform/nan, mode=core, dtype f32/f64.  Masking is an exact -inf
+# zero/uniform/nan, mode=core, dtype f32/f64/bf16/f16.  Masking is an exact -inf
 # fill with explicit handling of rows that see no key (no -1e8 trick).
 #
 # Every case is checked against a second, loop-by-loop numpy implementation
@@ -36,14 +36,15 @@
 # than the batch; key masks with fewer dims than the batch (stored U8, BOOL
 # and F32); causal flag/top_left/bottom_right; window 16,0 / 3,3 / 2,5 with
 # rows emptied by padding; empty_rows zero/uniform/nan; scale=0.37;
-# mode=core incl. decode (Sq=1) over grouped KV heads; dtype f32/f64;
+# mode=core incl. decode (Sq=1) over grouped KV heads; dtype f32/f64/bf16/f16
+# (bf16 cases also hold PyTorch's own bf16 result as out_torch);
 # logits near 330; name=; named dims; the three weight naming schemes and
 # a layer prefix.
 #
 # Conventions of the data (also in tests/golden/README.md):
-#  * weights and inputs are in the case's dtype (f32 cases: drawn in
-#    float64, rounded to float32, and the truth computed in float64 from
-#    the rounded values); masks are U8, BOOL or F32 with values 0/1;
+#  * weights and inputs are in the case's dtype (f32, bf16, f16 cases:
+#    drawn in float64, rounded to that dtype, and the truth computed in
+#    float64 from the rounded values); masks are U8, BOOL or F32 with values 0/1;
 #  * `out` is always F64 (the float64 truth), NaN where empty_rows=nan;
 #  * a prefix applies to weight names only; inputs and `out` have none.
 
@@ -106,7 +107,7 @@ def parse_spec(spec, dims):
     p["preset"] = preset
     p["mode"] = raw.pop("mode", "full")
     p["dtype"] = raw.pop("dtype", "f32")
-    assert p["dtype"] in ("f32", "f64")
+    assert p["dtype"] in ("f32", "f64", "bf16", "f16")
     p["name"] = raw.pop("name", None)
     p["qkv_bias"] = parse_bool(raw.pop("qkv_bias", "false" if preset == "alphafold" else "true"))
     p["out_bias"] = parse_bool(raw.pop("out_bias", "true"))
@@ -404,7 +405,22 @@ def forward_loops(p, t):
 # safetensors writer / reader
 # --------------------------------------------------------------------------
 
-ST_DTYPES = {"F64": ("<f8", 8), "I64": ("<i8", 8), "F32": ("<f4", 4), "U8": ("u1", 1), "BOOL": ("?", 1)}
+ST_DTYPES = {"F64": ("<f8", 8), "I64": ("<i8", 8), "F32": ("<f4", 4), "U8": ("u1", 1), "BOOL": ("?", 1),
+             "F16": ("<f2", 2), "BF16": ("<u2", 2)}
+# the safetensors dtype of a spec's dtype
+ST_OF = {"f32": "F32", "f64": "F64", "bf16": "BF16", "f16": "F16"}
+TORCH_OF = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def bf16_bits(arr):
+    """float64 values that are exact in bfloat16 -> their 16 bits (numpy has no bfloat16)."""
+    u = np.ascontiguousarray(np.asarray(arr, dtype=np.float64).astype("<f4")).view("<u4")
+    assert not (u & 0xFFFF).any(), "a value is not exact in bfloat16"
+    return (u >> 16).astype("<u2")
+
+
+def bf16_values(bits):
+    return (np.asarray(bits, dtype="<u4") << 16).view("<f4").astype(np.float64)
 
 
 def write_safetensors(path, tensors, metadata, by_name=True):
@@ -421,6 +437,8 @@ def write_safetensors(path, tensors, metadata, by_name=True):
     for name, dt, arr in order:
         assert name not in header, name
         arr = np.asarray(arr)
+        if dt == "BF16":
+            arr = bf16_bits(arr)
         b = np.ascontiguousarray(arr.astype(ST_DTYPES[dt][0])).tobytes()
         header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
@@ -447,6 +465,8 @@ def read_safetensors(path):
             continue
         b0, b1 = e["data_offsets"]
         arr = np.frombuffer(data[base + b0:base + b1], dtype=ST_DTYPES[e["dtype"]][0])
+        if e["dtype"] == "BF16":
+            arr = bf16_values(arr)
         out[name] = (e["dtype"], arr.reshape(e["shape"]))
     return out, header.get("__metadata__", {})
 
@@ -604,6 +624,27 @@ case("core_logits330_f32",
      dyadic330=True,
      note="f32 logits up to ~330 (exp overflows without max subtraction); q,k integers so logits are exact in f32")
 
+# ---- 16-bit storage ----------------------------------------------------------
+case("bf16_mha_causal_mask",
+     "mha x=2,9,32 heads=4 causal mask=key dtype=bf16",
+     names="hf", mask_fn=("pad", [9, 6]),
+     note="bf16 tensors (out too), causal with padding")
+case("bf16_af_row_gated_bias",
+     "alphafold x=3,6,16 attn_dim=-2 heads=2 head_dim=8 gated bias=3,2,6,6 mask=key dtype=bf16",
+     names="af", note="bf16 MSA row attention: gate, pair bias, key mask")
+case("bf16_gqa",
+     "gqa x=2,7,24 heads=6 kv_heads=2 dtype=bf16",
+     names="hf", note="bf16 GQA")
+case("bf16_core_decode",
+     "mha mode=core q=1,8,1,16 kv=1,2,S,16 causal=bottom_right dtype=bf16",
+     dims={"S": 13}, note="bf16 decode step over grouped KV heads")
+case("f16_mha_window",
+     "mha x=2,8,16 heads=2 window=2,1 dtype=f16",
+     names="hf", note="f16 tensors, window 2,1")
+case("f16_core_bias",
+     "mha mode=core q=2,4,6,8 kv=2,4,7,8 bias=2,4,6,7 dtype=f16",
+     note="f16 core with a bias")
+
 
 def case_seed(name):
     return zlib.crc32(name.encode()) & 0x7fffffff
@@ -677,10 +718,10 @@ def build(cs):
     if p["mask"]:
         t["mask"] = make_mask(cs, p, gen)
     # round to the case's dtype first; the truth is computed from the rounded values
-    if p["dtype"] == "f32":
+    if p["dtype"] != "f64":
         for key in t:
             if key != "mask":
-                t[key] = t[key].float().double()
+                t[key] = t[key].to(TORCH_OF[p["dtype"]]).double()
     if cs.get("big_logits"):
         scale_to_logit(p, t, cs["big_logits"])
     return p, t, gen
@@ -823,11 +864,16 @@ PyTorch's threaded kernels may sum in another order).  Do not edit by hand.
   the batch and is then right-aligned);
 * `out`: the expected output, always F64 (the float64 truth computed from the
   stored, already rounded inputs).  NaN where `empty_rows=nan`.
+* `out_torch` (bf16 cases): PyTorch's own result with every tensor in
+  bfloat16 (its CPU ops round q, k, v, P and o to bf16), as F64, so that a
+  test can show attnc's error beside PyTorch's.  f16 cases have none:
+  PyTorch 1.13's CPU kernels do not implement matmul or softmax in Half.
 * `__metadata__`: `format`, `attnc_spec`, `attnc_prefix`.
 
 Named dims in a SPEC (`x=B,S,16`) are bound from the stored inputs' shapes.
 Compare f32 kernels against `out` to about 1e-5 relative (relative to the
-largest |out|), f64 kernels to about 1e-12; NaN positions must match.
+largest |out|), f64 kernels to about 1e-12, bf16 and f16 ones with
+DESIGN.md's bounds (NMSE 1e-4 and 1e-5); NaN positions must match.
 """
 
 
@@ -858,7 +904,7 @@ def main():
             rowmax = a.max(dim=-1).values
             assert 300 <= float(rowmax.max()) <= 350 and float(rowmax.min()) > 200, rowmax
             assert torch.equal(a, a.float().double())   # exact in f32
-        st_dt = "F32" if p["dtype"] == "f32" else "F64"
+        st_dt = ST_OF[p["dtype"]]
         prefix = cs.get("prefix", "")
         tensors = []
         for k, v in named_weights(cs, p, t).items():
@@ -876,6 +922,14 @@ def main():
             mask_dtypes.add(md)
             tensors.append(("mask", md, t["mask"].numpy() != 0 if md == "BOOL" else t["mask"].numpy()))
         tensors.append(("out", "F64", out.numpy()))
+        if p["dtype"] == "bf16":
+            # PyTorch's own bf16 result on the same tensors (its CPU ops in
+            # bf16 round q, k, v, the weights P and o), beside the truth
+            tb = {k: (v if k == "mask" else v.to(torch.bfloat16)) for k, v in t.items()}
+            ot, _ = forward_torch(p, tb)
+            tensors.append(("out_torch", "F64", ot.double().numpy()))
+            nm = float(((ot.double() - out) ** 2).nansum() / (out ** 2).nansum())
+            cs["note"] = cs.get("note", "") + "; PyTorch bf16 NMSE %.2e" % nm
         path = os.path.join(OUT_DIR, cs["name"] + ".safetensors")
         meta = {"format": "pt", "attnc_spec": cs["spec"], "attnc_prefix": prefix}
         write_safetensors(path, tensors, meta)
@@ -886,7 +940,8 @@ def main():
         for n, dt, arr in tensors:
             bdt, barr = back[n]
             assert bdt == dt
-            want = np.asarray(arr).astype(ST_DTYPES[dt][0]).astype(np.float64)
+            want = (np.asarray(arr, dtype=np.float64) if dt == "BF16"
+                    else np.asarray(arr).astype(ST_DTYPES[dt][0]).astype(np.float64))
             same_with_nan(barr.astype(np.float64), want, 0.0)
             if dt != "BOOL":   # stored values are exactly the ones the truth used
                 assert n.startswith(cs.get("decoy") or "\0") or np.array_equal(
