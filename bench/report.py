@@ -14,6 +14,17 @@
 # of the FMA peak (--peak-gflops: run.sh passes the peak build/fma_peak
 # measured in the same run; without it, 250 per thread, the issue's figure
 # for this machine kind).  The share of the issue's figure is printed too.
+#
+# A second table holds the cases with a "base" (issue 26's 16- and 8-bit
+# rows, bench/README.md):
+#   case | attnc ms | f32 ms | vs f32 | fastest peer | vs peer | pytorch | rounds | target | met?
+# f32 ms is attnc's base case in the same run, vs f32 = that / attnc ms;
+# the fastest peer is the fastest of the peers the case's "peers" names
+# (pytorch_f32 and ort_f32: the base case's; pytorch_int8: this case's);
+# core B bf16 also needs its share of the bf16 dot-product peak
+# (--bf16-peak-gflops).  Where the CPU lacks a flag the case "needs"
+# (the run's "machine" line, else this machine's /proc/cpuinfo) the
+# verdict is n/a, as issue 26 says.
 # Standard library only.
 
 import argparse
@@ -36,17 +47,177 @@ def fmt_ms(x):
     return "%.3f" % x
 
 
+def print_table(head, rows):
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+
+    def pr(r):
+        print("| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |")
+    pr(head)
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        pr(r)
+
+
+FLAG_NAMES = {"avx512_bf16": "AVX512-BF16", "avx512_vnni": "AVX512-VNNI"}
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for l in f:
+                if l.startswith("flags"):
+                    return l.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return None
+
+
+def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
+    """Issue 26's 16- and 8-bit rows: each case with a base, against its
+    base (attnc's own f32 kernel) and the peers its "peers" names."""
+    narrow = [c for c in cases if "base" in c and any((c["case"], p) in res for p in ("attnc", "pytorch"))]
+    if not narrow:
+        return
+    notes = []
+    if machine and "flags" in machine:
+        flags = set(machine["flags"])
+    else:
+        flags = cpu_flags()
+        flags = set(flags) if flags is not None else None
+        notes.append("CPU flags read from this machine's /proc/cpuinfo (the results have no machine line)"
+                     if flags is not None else "CPU flags unknown: no verdicts")
+
+    def ms(cid, peer):
+        line = res.get((cid, peer))
+        return line.get("median_ms") if line and "median_ms" in line else None
+
+    def peer_ms(c, name, rnd=None):
+        """A peer's median: the best round's, or round rnd's."""
+        cid, peer = {"pytorch_f32": (c["base"], "pytorch"), "ort_f32": (c["base"], "ort"),
+                     "pytorch_int8": (c["case"], "pytorch"), "pytorch_bf16": (c["case"], "pytorch")}[name]
+        if rnd is None:
+            return ms(cid, peer)
+        return by_round.get(cid, {}).get(rnd, {}).get(peer)
+
+    head = ["case", "attnc ms", "f32 ms", "vs f32", "fastest peer", "vs peer", "pytorch", "rounds", "target", "met?"]
+    rows = []
+    n_met = n_rated = 0
+    for c in narrow:
+        cid, base = c["case"], c["base"]
+        a_ms, f_ms = ms(cid, "attnc"), ms(base, "attnc")
+        for peer in ("attnc", "pytorch"):
+            line = res.get((cid, peer))
+            if line and "error" in line:
+                notes.append("%s %s: %s" % (c["label"], peer, line["error"]))
+        if ms(base, "attnc") is None:
+            notes.append("%s: its base %s has no attnc result in this run" % (c["label"], base))
+        own = f_ms / a_ms if a_ms and f_ms else None
+        peers = {p: peer_ms(c, p) for p in c.get("peers", [])}
+        got = {p: v for p, v in peers.items() if v is not None}
+        fastest = min(got, key=got.get) if got else None
+        vs_peer = got[fastest] / a_ms if fastest and a_ms else None
+
+        # the ratios within each round, for the ratios the targets name
+        own_r, peer_r = [], []
+        for rnd, meds in by_round.get(cid, {}).items():
+            a_r = meds.get("attnc")
+            if not a_r:
+                continue
+            f_r = by_round.get(base, {}).get(rnd, {}).get("attnc")
+            if f_r:
+                own_r.append(f_r / a_r)
+            pr_ = [v for v in (peer_ms(c, p, rnd) for p in c.get("peers", [])) if v is not None]
+            if pr_:
+                peer_r.append(min(pr_) / a_r)
+
+        # targets: (what, needed, got) with got None when it cannot be told
+        parts, spreads = [], []
+        if "target" in c:
+            parts.append(("peer", "%gx peer" % c["target"], c["target"], vs_peer))
+            if len(peer_r) > 1:
+                spreads.append("%.2f-%.2fx" % (min(peer_r), max(peer_r)))
+        if "own_target" in c:
+            parts.append(("own f32", "%gx own f32" % c["own_target"], c["own_target"], own))
+            if len(own_r) > 1:
+                spreads.append("%.2f-%.2fx" % (min(own_r), max(own_r)))
+        if "bf16_peak_fraction" in c:
+            at = res.get((cid, "attnc"))
+            share = at["gflops"] / bf16_peak if at and "gflops" in at and bf16_peak else None
+            parts.append(("bf16 peak", "%d%% bf16 peak" % round(100 * c["bf16_peak_fraction"]),
+                          c["bf16_peak_fraction"], share))
+            if share is not None:
+                notes.append("%s: attnc %.1f GFLOP/s = %.1f%% of the %.0f GFLOP/s bf16 dot-product peak "
+                             "(vdpbf16ps, %d thread%s, measured), target %d%%"
+                             % (c["label"], at["gflops"], 100 * share, bf16_peak, threads, "s" if threads > 1 else "",
+                                round(100 * c["bf16_peak_fraction"])))
+            elif not bf16_peak:
+                notes.append("%s: no bf16 dot-product peak measured (build/fma_peak's bf16_gflops), so its "
+                             "share of it is unknown" % c["label"])
+
+        missing = [f for f in c.get("needs", []) if flags is not None and f not in flags]
+        if flags is None:
+            verdict = "?"
+        elif missing:
+            verdict = "n/a (no %s)" % ", ".join(FLAG_NAMES.get(f, f) for f in missing)
+        elif any(g is None for _, _, _, g in parts):
+            verdict = "?"
+        else:
+            missed = [name for name, _, need, g in parts if g < need]
+            verdict = "yes" if not missed else "NO (%s)" % ", ".join(missed)
+            n_rated += 1
+            n_met += not missed
+            if "target" in c and len(got) < len(peers):
+                verdict += "*"
+                notes.append("%s*: against %s only (%s skipped or failed)"
+                             % (c["label"], ", ".join(got) or "no peer",
+                                ", ".join(p for p in peers if p not in got)))
+
+        pt = res.get((cid, "pytorch"))
+        if pt and "median_ms" in pt:
+            what = pt.get("dtype", "?") + (" " + pt["engine"] if pt.get("engine") else "")
+            py_cell = "%s (%s%s)" % (fmt_ms(pt["median_ms"]), what,
+                                     ", %.2fx" % (pt["median_ms"] / a_ms) if a_ms else "")
+        elif pt and "skipped" in pt:
+            py_cell = "none"
+        elif pt and "error" in pt:
+            py_cell = "error"
+        else:
+            py_cell = "skipped" if c.get("pytorch", "none") != "none" else "none"
+        rows.append([c["label"], fmt_ms(a_ms), fmt_ms(f_ms),
+                     "%.2fx" % own if own is not None else "-",
+                     "%s %s" % (fmt_ms(got[fastest]), fastest.replace("_", " ")) if fastest else "-",
+                     "%.2fx" % vs_peer if vs_peer is not None else "-",
+                     py_cell, " / ".join(spreads) if spreads else "-",
+                     ", ".join(t for _, t, _, _ in parts), verdict])
+
+    print()
+    print("16- and 8-bit kernels (issue 26):")
+    print()
+    print_table(head, rows)
+    print()
+    print("vs f32 = attnc's f32 kernel (f32 ms: the base case, same run) / this kernel; vs peer = the fastest "
+          "peer / attnc (bf16 and f16 rows: the f32 peers of the base case; int8 rows: ONNX Runtime f32 of the "
+          "base case and PyTorch dynamic int8); pytorch = PyTorch in bf16 or dynamic int8 (engine), "
+          "its ratio to attnc (bf16: beside the targets, which name the f32 peers); rounds = the lowest and "
+          "highest of each target's ratio within one round; %d of %d targets met" % (n_met, n_rated))
+    for n in notes:
+        print("  " + n)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--peak-gflops", type=float, default=None)
+    ap.add_argument("--bf16-peak-gflops", type=float, default=None,
+                    help="the bf16 dot-product peak (build/fma_peak's bf16_gflops) for core B bf16")
     a = ap.parse_args()
 
     with open(os.path.join(HERE, "cases.json")) as f:
         cases = json.load(f)
     res = {}     # (case, peer) -> line
     notes = []   # skipped peers and other whole-run remarks
+    machine = None  # run.sh's {"machine": {...}} line
     with open(a.results) as f:
         for raw in f:
             raw = raw.strip()
@@ -59,6 +230,8 @@ def main():
                 continue
             if "case" in line:
                 res.setdefault((line["case"], line.get("peer")), []).append(line)
+            elif "machine" in line:
+                machine = line["machine"]
             elif "skipped" in line:
                 msg = "%s skipped: %s" % (line.get("peer"), line["skipped"])
                 if msg not in notes:
@@ -111,6 +284,8 @@ def main():
     near_peak = []      # cases whose target asks for over 95% of the FMA peak
     dense_only = False  # a causal case's results carry only the dense FLOP count
     for c in cases:
+        if "base" in c:  # the second table's
+            continue
         cid = c["case"]
         at, pt, ot = res.get((cid, "attnc")), res.get((cid, "pytorch")), res.get((cid, "ort"))
         if at is None and pt is None and ot is None:
@@ -183,14 +358,7 @@ def main():
                      "%.2fx" % ratio if ratio is not None else "-",
                      "%.2f-%.2fx" % rr if rr else "-", target, met_cell, own, needs])
 
-    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-
-    def pr(r):
-        print("| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |")
-    pr(head)
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for r in rows:
-        pr(r)
+    print_table(head, rows)
     print()
     print("ratio = fastest peer's median / attnc's median (above 1: attnc is faster); %d of %d targets met"
           % (n_met, n_rated))
@@ -223,6 +391,7 @@ def main():
                      % (threads, threads, ", ".join(short_threads)))
     for n in notes + footnotes:
         print("  " + n)
+    narrow_table(cases, res, by_round, machine, a.bf16_peak_gflops, threads)
 
 
 if __name__ == "__main__":

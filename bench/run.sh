@@ -10,7 +10,10 @@
 #            the peers choose theirs; the CLI warms up for 100 ms first)
 #   pytorch  /usr/bin/python3 bench/torch_bench.py --threads N --cases CASE
 #   ort      node bench/ort_bench.js --threads N --cases CASE
-# Then the table (bench/report.py).  Raw JSON lines go to
+#            (f32 cases only: a case with a "base", issue 26's 16- and 8-bit
+#            rows, has its base's ORT time as its f32 peer)
+# Then the tables (bench/report.py): the f32 suite, and the 16- and 8-bit
+# rows against their base cases.  Raw JSON lines go to
 # bench/results-latest.jsonl.
 #
 # A missing peer is installed when we are root and may (Debian's
@@ -18,7 +21,8 @@
 # `npm ci --ignore-scripts` from bench/package-lock.json), else it is
 # skipped with the reason.  Environment:
 #   ATTNC=path             the attnc binary (default build/attnc)
-#   BENCH_CASES=a,b        only these cases (ids from bench/cases.json)
+#   BENCH_CASES=a,b        only these cases (ids from bench/cases.json), and
+#                          the base case of each that has one
 #   BENCH_BUDGET_MS=1500   timed runs per case, peer and round fill about this long
 #   BENCH_ROUNDS=2         rounds over the suite (the best round median counts)
 #   BENCH_NO_INSTALL=1     never install anything
@@ -27,6 +31,8 @@
 #                          of the two, or THREADS one-thread peaks if that is
 #                          more than 1.25x higher; 250/thread, the issue's
 #                          figure, if absent)
+#   BENCH_BF16_PEAK_GFLOPS=G  the bf16 dot-product peak for core B bf16 (default:
+#                          build/fma_peak's bf16_gflops, by the same rule)
 
 set -u
 THREADS=${1:-2}
@@ -105,6 +111,12 @@ MODEL=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)
 CORES=$(nproc)
 echo "attnc benchmark suite: $THREADS thread(s), attnc cc backend"
 echo "machine: $MODEL, $CORES cores ($(uname -m)), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+# the flags the 16- and 8-bit rows' targets need (cases.json "needs")
+NARROW=$(for f in avx512_bf16 avx512_vnni; do grep -qw "$f" /proc/cpuinfo && printf '%s ' "$f"; done)
+has_flag() { case " $NARROW" in *" $1 "*) echo yes ;; *) echo no ;; esac; }
+echo "16- and 8-bit rows: avx512_bf16 $(has_flag avx512_bf16), avx512_vnni $(has_flag avx512_vnni) (without them their targets do not apply)"
+printf '{"machine": {"model": "%s", "flags": [%s]}}\n' "$(printf '%s' "$MODEL" | sed 's/\\/\\\\/g; s/"/\\"/g')" \
+  "$(for f in $NARROW; do printf '"%s", ' "$f"; done | sed 's/, $//')" >> "$OUT"
 [ $TORCH = 1 ] && echo "pytorch: $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) via $PY, BLAS ${BLAS:-?}${OPENBLAS_CORETYPE:+ (OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
 [ $ORT = 1 ] && echo "ort: onnxruntime-node $(node -p 'require("./bench/node_modules/onnxruntime-node/package.json").version' 2>/dev/null) via node $(node --version)"
 echo
@@ -118,9 +130,14 @@ known = {c["case"] for c in cases}
 bad = [w for w in want if w not in known]
 if bad:
     sys.exit("bench: unknown case(s) %s; known: %s" % (",".join(bad), ",".join(sorted(known))))
+# a 16- or 8-bit row is judged against its base case in the same run
+for c in cases:
+    if c["case"] in want and "base" in c and c["base"] not in want:
+        print("bench: adding %s, the f32 base of %s" % (c["base"], c["case"]), file=sys.stderr)
+        want.append(c["base"])
 for c in cases:
     if not want or c["case"] in want:
-        print("%s\t%s\t%s" % (c["case"], c["label"], c["spec"]))
+        print("%s\t%s\t%s\t%s" % (c["case"], c["label"], c.get("base", "-"), c["spec"]))
 EOF
 ) || exit 2
 
@@ -146,7 +163,7 @@ run_case() { # writes the case's JSON lines, all three peers, to stdout
     timeout 900 "$PY" bench/torch_bench.py --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null \
       || { echo "torch_bench.py failed or timed out" >"$TMP/err"; err_line pytorch "$TMP/err"; }
   fi
-  if [ $ORT = 1 ]; then
+  if [ $ORT = 1 ] && [ "$BASE" = - ]; then
     timeout 900 node bench/ort_bench.js --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null \
       || { echo "ort_bench.js failed or timed out" >"$TMP/err"; err_line ort "$TMP/err"; }
   fi
@@ -157,30 +174,49 @@ run_case() { # writes the case's JSON lines, all three peers, to stdout
 # three) and shows how far the rounds were apart.
 for ROUND in $(seq 1 "$ROUNDS"); do
   if [ $((ROUND % 2)) = 1 ]; then ORDER=$CASES; else ORDER=$(printf '%s\n' "$CASES" | tac); fi
-  while IFS=$'\t' read -r ID LABEL SPEC; do
+  while IFS=$'\t' read -r ID LABEL BASE SPEC; do
     echo "== round $ROUND/$ROUNDS, $LABEL: $SPEC" >&2
     run_case | sed "s/^{/{\"round\": $ROUND, /" >> "$OUT"
   done <<<"$ORDER"
 done
 
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-PEAK_AFTER=$(peak_json | json_num gflops)
+PEAK_AFTER_JSON=$(peak_json)
+PEAK_AFTER=$(echo "$PEAK_AFTER_JSON" | json_num gflops)
 PEAK=${BENCH_PEAK_GFLOPS:-$(awk -v a="${PEAK_BEFORE:-0}" -v b="${PEAK_AFTER:-0}" 'BEGIN { m = a > b ? a : b; if (m > 0) print m }')}
+BF16_BEFORE=$(echo "$PEAK_JSON" | json_num bf16_gflops)
+BF16_AFTER=$(echo "$PEAK_AFTER_JSON" | json_num bf16_gflops)
+BF16_PEAK=${BENCH_BF16_PEAK_GFLOPS:-$(awk -v a="${BF16_BEFORE:-0}" -v b="${BF16_AFTER:-0}" 'BEGIN { m = a > b ? a : b; if (m > 0) print m }')}
+PEAK1_JSON=
+if [ "$THREADS" -gt 1 ] && [ -x "$PEAK_BIN" ] && { [ -z "${BENCH_PEAK_GFLOPS:-}" ] || { [ -z "${BENCH_BF16_PEAK_GFLOPS:-}" ] && [ -n "$BF16_PEAK" ]; }; }; then
+  PEAK1_JSON=$("$PEAK_BIN" 1 </dev/null 2>/dev/null)
+fi
 if [ -z "${BENCH_PEAK_GFLOPS:-}" ]; then
   if [ -n "$PEAK" ]; then echo "FMA peak, $THREADS thread(s), measured by $PEAK_BIN: ${PEAK_BEFORE:-?} GFLOP/s before the suite, ${PEAK_AFTER:-?} after (the higher counts)"
   else echo "bench: warning: $PEAK_BIN did not run (make $PEAK_BIN); the peak is the issue's 250 GFLOP/s per thread" >&2; fi
-  BF16=$(echo "$PEAK_JSON" | json_num bf16_gflops)
   VNNI=$(echo "$PEAK_JSON" | json_num vnni_gops)
-  echo "16- and 8-bit dot-product peaks, $THREADS thread(s), before the suite: bf16 (vdpbf16ps) ${BF16:-none: no AVX512-BF16} GFLOP/s, int8 (vpdpbusd) ${VNNI:-none: no AVX512-VNNI} GOP/s"
+  [ -n "$PEAK_JSON" ] && echo "16- and 8-bit dot-product peaks, $THREADS thread(s), before the suite: bf16 (vdpbf16ps) ${BF16_BEFORE:-none: no AVX512-BF16} GFLOP/s, int8 (vpdpbusd) ${VNNI:-none: no AVX512-VNNI} GOP/s"
   # A reading at N threads below 0.8 x N one-thread peaks means the
   # threads did not get N cores while it ran: then N one-thread peaks
   # count instead, so that core B's share is not flattered.
   if [ -n "$PEAK" ] && [ "$THREADS" -gt 1 ]; then
-    PEAK1=$([ -x "$PEAK_BIN" ] && "$PEAK_BIN" 1 </dev/null 2>/dev/null | json_num gflops)
+    PEAK1=$(echo "$PEAK1_JSON" | json_num gflops)
     LOW=$(awk -v p="$PEAK" -v one="${PEAK1:-0}" -v n="$THREADS" 'BEGIN { if (one > 0 && p < 0.8 * n * one) print n * one }')
     if [ -n "$LOW" ]; then
       echo "FMA peak: one thread reads $PEAK1 GFLOP/s, so $THREADS threads should read about $LOW; counting $LOW (the $THREADS-thread readings did not get $THREADS cores)"
       PEAK=$LOW
+    fi
+  fi
+fi
+# the bf16 peak for core B bf16's share: the same rule as the FMA peak's
+if [ -z "${BENCH_BF16_PEAK_GFLOPS:-}" ] && [ -n "$BF16_PEAK" ]; then
+  echo "bf16 dot-product peak, $THREADS thread(s): ${BF16_BEFORE:-?} GFLOP/s before the suite, ${BF16_AFTER:-?} after (the higher counts)"
+  if [ "$THREADS" -gt 1 ]; then
+    BF16_1=$(echo "$PEAK1_JSON" | json_num bf16_gflops)
+    LOW=$(awk -v p="$BF16_PEAK" -v one="${BF16_1:-0}" -v n="$THREADS" 'BEGIN { if (one > 0 && p < 0.8 * n * one) print n * one }')
+    if [ -n "$LOW" ]; then
+      echo "bf16 peak: one thread reads $BF16_1 GFLOP/s, so $THREADS threads should read about $LOW; counting $LOW"
+      BF16_PEAK=$LOW
     fi
   fi
 fi
@@ -189,7 +225,7 @@ if [ "$(cksum <"$ATTNC")" != "$ATTNC_SUM" ]; then
   echo "warning: $ATTNC was rebuilt during the run"
 fi
 echo
-"$PY" bench/report.py "$OUT" --threads "$THREADS" ${PEAK:+--peak-gflops "$PEAK"}
+"$PY" bench/report.py "$OUT" --threads "$THREADS" ${PEAK:+--peak-gflops "$PEAK"} ${BF16_PEAK:+--bf16-peak-gflops "$BF16_PEAK"}
 echo
 echo "raw results: $OUT"
 # the other targets: compile and load times, tcc against cc (bench/compile.sh)

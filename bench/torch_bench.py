@@ -17,8 +17,24 @@
 #   AlphaFold E  the seed worksheet's MultiHeadAttention forward (linear
 #                q/k/v without bias, pair bias, sigmoid gate, linear_o)
 #
+# Cases with a "base" (the 16- and 8-bit rows of issue 26) take their shapes
+# from the base case and build the peer their "pytorch" field names:
+#   bf16         the same model as the base case's, module and tensors in
+#                torch.bfloat16 (the inputs are the f32 draws, rounded)
+#   int8         full cases only: an MHA of four nn.Linear (q, k, v, out;
+#                attention by matmul and softmax) through
+#                torch.ao.quantization.quantize_dynamic to qint8, on each
+#                quantized engine torch has of onednn and qnnpack (Debian's
+#                torch has no fbgemm), weights per tensor and per output
+#                channel; the fastest counts, the others go in
+#                "alternatives".  Each must stay within 10% of the float
+#                module's output (max error over max |out|).
+#   none         no peer (f16: torch 1.13's CPU has no Half matmul); the line
+#                says so with "skipped".
+#
 # and prints one JSON line per case:
 #   {"case", "peer": "pytorch", "op", "median_ms", "runs", "threads", ...}
+# ("dtype": "bf16" or "int8", and "engine" for int8, on the rows with a base).
 # Timing: wall clock (time.perf_counter) around one forward call, after a
 # warm-up; enough runs to fill --budget-ms (5..200); median.
 #
@@ -28,11 +44,14 @@
 # is enough); OMP_WAIT_POLICY defaults to PASSIVE (see below).
 
 import argparse
+import contextlib
+import copy
 import json
 import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,10 +156,13 @@ class SeedMultiHeadAttention(nn.Module):
 # ------------------------------------------------------------------ cases
 # Each builder returns (op name, a no-argument callable that runs one forward).
 
-def build_full(c):
+# dt: torch.float32, or torch.bfloat16 for the bf16 peer (the module and
+# every tensor; the draws are the same f32 draws, rounded).
+
+def build_full(c, dt):
     B, S, E, H = c["B"], c["S"], c["E"], c["H"]
-    m = nn.MultiheadAttention(E, H, batch_first=True).eval()
-    x = torch.rand(B, S, E) * 2 - 1
+    m = nn.MultiheadAttention(E, H, batch_first=True).eval().to(dt)
+    x = (torch.rand(B, S, E) * 2 - 1).to(dt)
     mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1) if c["causal"] else None
 
     def run():
@@ -148,9 +170,9 @@ def build_full(c):
     return "nn.MultiheadAttention" + (" (bool causal mask)" if mask is not None else ""), run
 
 
-def build_core(c):
+def build_core(c, dt):
     B, H, S, d = c["B"], c["H"], c["S"], c["d"]
-    q, k, v = (torch.rand(B, H, S, d) * 2 - 1 for _ in range(3))
+    q, k, v = ((torch.rand(B, H, S, d) * 2 - 1).to(dt) for _ in range(3))
     scale = 1 / math.sqrt(d)
     mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1) if c["causal"] else None
 
@@ -162,10 +184,10 @@ def build_core(c):
     return "matmul-softmax-matmul", run
 
 
-def build_decode(c):
+def build_decode(c, dt):
     B, H, G, Sk, d = c["B"], c["H"], c["G"], c["Sk"], c["d"]
-    q = torch.rand(B, H, 1, d) * 2 - 1
-    k, v = (torch.rand(B, G, Sk, d) * 2 - 1 for _ in range(2))
+    q = (torch.rand(B, H, 1, d) * 2 - 1).to(dt)
+    k, v = ((torch.rand(B, G, Sk, d) * 2 - 1).to(dt) for _ in range(2))
     scale = 1 / math.sqrt(d)
 
     def run():
@@ -175,11 +197,11 @@ def build_decode(c):
     return "matmul-softmax-matmul (grouped view)", run
 
 
-def build_alphafold(c):
+def build_alphafold(c, dt):
     N, S, Cin, H, cc = c["N"], c["S"], c["Cin"], c["H"], c["c"]
-    m = SeedMultiHeadAttention(Cin, cc, H, attn_dim=-2, gated=True).eval()
-    x = torch.rand(N, S, Cin) * 2 - 1
-    bias = torch.rand(H, S, S) * 2 - 1
+    m = SeedMultiHeadAttention(Cin, cc, H, attn_dim=-2, gated=True).eval().to(dt)
+    x = (torch.rand(N, S, Cin) * 2 - 1).to(dt)
+    bias = (torch.rand(H, S, S) * 2 - 1).to(dt)
 
     def run():
         return m(x, bias=bias)
@@ -187,6 +209,101 @@ def build_alphafold(c):
 
 
 BUILDERS = {"full": build_full, "core": build_core, "decode": build_decode, "alphafold": build_alphafold}
+
+
+# ------------------------------------------------------------ the int8 peer
+
+class LinearMultiHeadAttention(nn.Module):
+    """Self-attention with its four projections as nn.Linear, so that
+    quantize_dynamic can replace them: q, k, v and out (with biases, as
+    nn.MultiheadAttention has), the attention by matmul and softmax."""
+
+    def __init__(self, E, H):
+        super().__init__()
+        self.H = H
+        self.d = E // H
+        self.q = nn.Linear(E, E)
+        self.k = nn.Linear(E, E)
+        self.v = nn.Linear(E, E)
+        self.out = nn.Linear(E, E)
+
+    def forward(self, x):
+        B, S, E = x.shape
+
+        def heads(t):  # (B, S, E) -> (B, H, S, d)
+            return t.view(B, S, self.H, self.d).transpose(1, 2)
+        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        a = torch.softmax(torch.matmul(q * (1 / math.sqrt(self.d)), k.transpose(-1, -2)), dim=-1)
+        return self.out(torch.matmul(a, v).transpose(1, 2).reshape(B, S, E))
+
+
+class QuietStderr:
+    """qnnpack's dynamic linear warns on every call that it ignores the
+    reduce_range the module passes, through c10's logging, which neither
+    GLOG_minloglevel nor TORCH_CPP_LOG_LEVEL silences here: fd 2 goes to a
+    file meanwhile, and every other line is passed on at the end."""
+    NOISE = ("ignores reduce_range", "Logging before InitGoogleLogging")
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        self.file = tempfile.TemporaryFile()
+        os.dup2(self.file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.file.seek(0)
+        for raw in self.file:
+            line = raw.decode(errors="replace")
+            if not any(n in line for n in self.NOISE):
+                sys.stderr.write(line)
+        self.file.close()
+        return False
+
+
+def build_full_int8(c):
+    """(op, engine, run) for each quantized engine and weight scheme that
+    builds and passes the check against the float module."""
+    from torch.ao.quantization import quantize_dynamic, default_dynamic_qconfig, per_channel_dynamic_qconfig
+    import torch.ao.nn.quantized.dynamic as nnqd
+    if c.get("causal"):
+        raise ValueError("the int8 peer has no mask")
+    B, S, E, H = c["B"], c["S"], c["E"], c["H"]
+    m = LinearMultiHeadAttention(E, H).eval()
+    x = torch.rand(B, S, E) * 2 - 1
+    ref = m(x)
+    engines = [e for e in ("onednn", "qnnpack") if e in torch.backends.quantized.supported_engines]
+    if not engines:
+        raise RuntimeError("torch has neither the onednn nor the qnnpack quantized engine (has %s)"
+                           % torch.backends.quantized.supported_engines)
+    variants, rejected = [], {}
+    for engine in engines:
+        for scheme, qconfig in (("per tensor", default_dynamic_qconfig), ("per channel", per_channel_dynamic_qconfig)):
+            op = "quantize_dynamic qint8 nn.Linear MHA (%s, %s)" % (engine, scheme)
+            try:
+                # the engine packs the weights, so it is set before quantising
+                torch.backends.quantized.engine = engine
+                mq = quantize_dynamic(copy.deepcopy(m), {nn.Linear: qconfig}, dtype=torch.qint8)
+                if not all(isinstance(getattr(mq, n), nnqd.Linear) for n in ("q", "k", "v", "out")):
+                    raise RuntimeError("quantize_dynamic left a float nn.Linear")
+                with QuietStderr() if engine == "qnnpack" else contextlib.nullcontext():
+                    err = ((mq(x) - ref).abs().max() / ref.abs().max()).item()
+                if not err <= 0.1:
+                    raise RuntimeError("differs from the float module by %.3g of max |out|" % err)
+                variants.append((op, engine, lambda mq=mq: mq(x)))
+            except Exception as e:
+                rejected[op] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    return variants, rejected
+
+
+def resolve(c, by_id):
+    """A case with a base takes the base's shapes; its own fields win."""
+    if "base" not in c:
+        return c
+    return dict(by_id[c["base"]], **c)
 
 
 def time_it(fn, budget_ms):
@@ -208,9 +325,66 @@ def time_it(fn, budget_ms):
     return times, len(warm)
 
 
+def bench_one(c):
+    """The case's JSON line."""
+    kind = c.get("pytorch", "f32")
+    head = {"case": c["case"], "peer": "pytorch"}
+    if kind == "none":
+        return dict(head, skipped="no PyTorch peer for dtype=%s (torch 1.13's CPU has no Half matmul)" % c.get("dtype"))
+    with torch.inference_mode():
+        if kind == "int8":
+            if c["kind"] != "full":
+                raise ValueError("the int8 peer is built for full cases only")
+            variants, rejected = build_full_int8(c)
+        else:
+            dt = {"f32": torch.float32, "bf16": torch.bfloat16}[kind]
+            op, fn = BUILDERS[c["kind"]](c, dt)
+            if kind != "f32":
+                op += " (%s)" % kind
+            variants, rejected = [(op, None, fn)], {}
+        best, alternatives = None, {}
+        for op, engine, fn in variants:
+            try:
+                if engine:
+                    torch.backends.quantized.engine = engine
+                with QuietStderr() if engine == "qnnpack" else contextlib.nullcontext():
+                    out = fn()
+                    if not torch.isfinite(out).all():
+                        raise RuntimeError("non-finite output")
+                    times, warm = time_it(fn, ARGS.budget_ms)
+            except Exception as e:
+                if len(variants) == 1:
+                    raise
+                rejected[op] = "%s: %s" % (type(e).__name__, e)
+                continue
+            med = statistics.median(times)
+            alternatives[op] = round(med, 4)
+            log("%s %s: %.3f ms (%d runs)" % (c["case"], op, med, len(times)))
+            if best is None or med < best[0]:
+                best = (med, op, engine, times, warm)
+    for op, why in rejected.items():
+        print("pytorch: %s %s: not used: %s" % (c["case"], op, why), file=sys.stderr)
+    if best is None:
+        return dict(head, error="no variant ran", rejected=rejected)
+    med, op, engine, times, warm = best
+    line = dict(head, op=op, median_ms=round(med, 4), min_ms=round(min(times), 4),
+                runs=len(times), warmups=warm, threads=torch.get_num_threads(),
+                omp_wait_policy=os.environ["OMP_WAIT_POLICY"], version=torch.__version__)
+    if kind != "f32":
+        line["dtype"] = kind
+    if engine:
+        line["engine"] = engine
+    if len(variants) > 1:
+        line["alternatives"] = alternatives
+    if rejected:
+        line["rejected"] = rejected
+    return line
+
+
 def main():
     with open(os.path.join(HERE, "cases.json")) as f:
         cases = json.load(f)
+    by_id = {c["case"]: c for c in cases}
     want = [w for w in ARGS.cases.split(",") if w]
     known = {c["case"] for c in cases}
     for w in want:
@@ -221,17 +395,7 @@ def main():
         if want and c["case"] not in want:
             continue
         try:
-            with torch.inference_mode():
-                op, fn = BUILDERS[c["kind"]](c)
-                out = fn()
-                if not torch.isfinite(out).all():
-                    raise RuntimeError("non-finite output")
-                times, warm = time_it(fn, ARGS.budget_ms)
-            line = {"case": c["case"], "peer": "pytorch", "op": op,
-                    "median_ms": round(statistics.median(times), 4), "min_ms": round(min(times), 4),
-                    "runs": len(times), "warmups": warm, "threads": torch.get_num_threads(),
-                    "omp_wait_policy": os.environ["OMP_WAIT_POLICY"], "version": torch.__version__}
-            log("%s %s: %.3f ms (%d runs)" % (c["case"], op, line["median_ms"], len(times)))
+            line = bench_one(resolve(c, by_id))
         except Exception as e:
             line = {"case": c["case"], "peer": "pytorch", "error": "%s: %s" % (type(e).__name__, e)}
         print(json.dumps(line), flush=True)
