@@ -136,6 +136,12 @@ static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, r
               : g->causal == ATTNC_CAUSAL_BOTTOM_RIGHT ? REF_CAUSAL_BOTTOM_RIGHT : REF_CAUSAL_NONE;
   p->has_window = g->has_window; p->wl = (long)g->window_l; p->wr = (long)g->window_r;
   p->scale = g->scale;
+  p->softcap = g->softcap;
+  p->alibi = g->alibi;
+  if (g->sinks) {
+    p->sinks = 1;
+    rt->sinks = bufs[ATTNC_SLOT_SINKS].ref;
+  }
   p->empty_rows = g->empty_rows == ATTNC_EMPTY_UNIFORM ? REF_EMPTY_UNIFORM
                   : g->empty_rows == ATTNC_EMPTY_NAN ? REF_EMPTY_NAN : REF_EMPTY_ZERO;
 }
@@ -246,6 +252,10 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   attnc_tensor out;
   ref_problem p;
   ref_tensors rt;
+  attnc_tensor lse;
+  void *lse_mem = NULL;
+  double *ref_lse = NULL;
+  size_t n_lse = 0;
   double *ref_out = NULL, atol, rtol, a_rms, nmse_max, worst = 0, sum_d2 = 0, sum_r2 = 0;
   size_t n_finite = 0;
   void *out_mem = NULL;
@@ -277,10 +287,21 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   out.data = out_mem ? (char *)out_mem + (size_t)o->misalign * attnc_dtype_size(out.dtype) : NULL;
   ref_out = malloc(n * sizeof(double) + 1);
   if (!out.data || !ref_out) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
+  if (g->has_lse) { /* the second output: log-sum-exp per row */
+    r->status = attnc_output_info(b, "lse", &lse, &r->err);
+    if (r->status != ATTNC_OK) goto done;
+    n_lse = 1;
+    for (i = 0; i < lse.rank; i++) n_lse *= (size_t)lse.shape[i];
+    lse.data = lse_mem = malloc(n_lse * sizeof(float) + 1);
+    ref_lse = malloc(n_lse * sizeof(double) + 1);
+    if (!lse_mem || !ref_lse) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
+    if ((r->status = attnc_bind_output(b, "lse", &lse, &r->err)) != ATTNC_OK) goto done;
+  }
   r->status = attnc_run(b, &out, &r->err);
   if (r->status != ATTNC_OK) goto done;
 
   make_problem(g, bufs, &p, &rt);
+  rt.lse = ref_lse;
   if (ref_attention(&p, &rt, ref_out) != 0) {
     r->status = attnc_err_set(&r->err, ATTNC_EGEN, "the reference rejected this problem");
     goto done;
@@ -320,11 +341,26 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   r->tol = atol + rtol * r->max_ref;
   r->atol = atol;
   r->rtol = rtol;
+  /* lse (F32 whatever the dtype), within the dtype's bound or f32's, the
+   * looser: -inf (a row that sees no key) must match */
+  for (j = 0; j < n_lse; j++) {
+    const double got = ((const float *)lse_mem)[j], want = ref_lse[j];
+    const double tol = fmax(atol + rtol * fabs(want), 1e-5 + 1e-4 * fabs(want));
+    const double d = (isinf(want) || isnan(want)) ? (got == want || (isnan(got) && isnan(want)) ? 0 : INFINITY)
+                                                   : fabs(got - want) / tol;
+    if (d > worst) {
+      worst = d;
+      if (d > 1) snprintf(r->err.message, sizeof r->err.message, "lse element %zu is %.9g, the reference %.9g", j, got, want);
+    }
+  }
+  r->n_lse = n_lse;
   r->nmse = sum_r2 > 0 ? sum_d2 / sum_r2 : (sum_d2 > 0 ? INFINITY : 0);
   r->nmse_max = nmse_max;
   r->ok = worst <= 1 && r->nmse <= nmse_max;
 done:
   checker_inputs_free(in);
+  free(lse_mem);
+  free(ref_lse);
   free(out_mem);
   free(ref_out);
   attnc_bindings_free(b);

@@ -32,6 +32,7 @@ typedef struct checker_result {
   double atol, rtol;              /* per element: |got - want| <= atol + rtol |want| */
   double rms;                     /* root mean square of the reference (atol includes its share) */
   double nmse, nmse_max;          /* sum (got - want)^2 / sum want^2, and its bound */
+  size_t n_lse;                   /* lse values compared too (spec key lse), within the same elementwise bound */
   int ok;                         /* 1 when within tolerance and NaNs match */
   char canonical[2048];
   attnc_backend backend;

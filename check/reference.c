@@ -3,9 +3,10 @@
  * It follows the AlphaFold worksheet's MultiHeadAttention (prepare_qkv,
  * prepare_qkv_global, forward) step by step, with the extensions of
  * docs/spec.md (GQA/MQA, cross-attention, causal, window, empty rows,
- * core mode).  Nothing here is fast on purpose: one batch at a time, one
- * query row at a time, plain loops, so that a reader can check each line
- * against the math.  Semantics decided here that the design leaves open are
+ * core mode) and of DESIGN.md's spec language v2 (positions, rope, alibi,
+ * softcap, sinks, pe, lse).  Nothing here is fast on purpose: one batch at
+ * a time, one query row at a time, plain loops, so that a reader can check
+ * each line against the math.  Semantics decided here that the design leaves open are
  * marked "Decision:". */
 #include "reference.h"
 
@@ -25,6 +26,7 @@ typedef struct geom {
   long c_in, c_kv;              /* full mode: widths of x and kv */
   int H, G, c;                  /* heads, kv heads, head dim */
   long kvw;                     /* width of a projected k/v row: G*c, or c for global */
+  long q_pos0;                  /* default position of query 0: Sk - Sq in core mode, else 0 */
   int out_rank;
   long out[REF_MAX_RANK];
 } geom;
@@ -72,6 +74,9 @@ static int resolve_full(const ref_problem *p, geom *g)
   g->kvw = p->global ? (long)p->c : (long)p->G * p->c;
   g->Sl = p->global ? 1 : g->Sq;
   g->Sout = (p->global && !p->gated) ? 1 : g->Sq;
+  /* Self-attention lines query i up with key i + Sk - Sq = i; cross-attention
+   * starts both sequences at 0. */
+  g->q_pos0 = 0;
   /* The masked mean reads the key mask at query positions, which only makes
    * sense when the queries are the keys. */
   if (p->global && p->global_masked && p->has_mask)
@@ -112,15 +117,30 @@ static int resolve_core(const ref_problem *p, geom *g)
   g->Sl = g->Sq;
   g->Sout = g->Sq;
   g->kvw = c;
+  g->q_pos0 = g->Sk - g->Sq;   /* the last query lines up with the last key */
   g->out_rank = r;
   for (int a = 0; a < r; a++) g->out[a] = p->x[a];
   return 0;
 }
 
+/* A (*m, n) tensor aligned from the right with the batch axes, like the
+ * seed's mask[..., None, None, :]: every dim of *m equals its batch axis or
+ * is 1, and the last is exactly n. */
+static int fits_right_aligned(const long *d, int rank, const geom *g, long n)
+{
+  int nm = rank - 1;
+  if (nm < 0 || nm > g->nb || rank > REF_MAX_RANK) return 0;
+  for (int k = 0; k < nm; k++) {
+    long target = g->batch[g->nb - nm + k];
+    if (d[k] != target && d[k] != 1) return 0;
+  }
+  return d[nm] == n;
+}
+
 /* Bias (*bb, H', Sq', Sk'): *bb left-aligned with the batch axes (the seed's
- * bias.view(bbs + (1,)*k + last3)); mask (*mb, Sk): right-aligned (the seed's
- * mask[..., None, None, :]).  Every dim equals its target or is 1. */
-static int check_bias_mask(const ref_problem *p, const geom *g)
+ * bias.view(bbs + (1,)*k + last3)), every dim its target or 1; mask (*mb, Sk),
+ * q_pos (*m, Sq) and k_pos (*m, Sk): right-aligned. */
+static int check_inputs(const ref_problem *p, const geom *g)
 {
   if (p->has_bias) {
     int nbb = p->bias_rank - 3;
@@ -131,17 +151,35 @@ static int check_bias_mask(const ref_problem *p, const geom *g)
     for (int k = 0; k < 3; k++)
       if (p->bias[nbb + k] != want[k] && p->bias[nbb + k] != 1) return -1;
   }
-  if (p->has_mask) {
-    int nmb = p->mask_rank - 1;
-    if (nmb < 0 || nmb > g->nb || p->mask_rank > REF_MAX_RANK) return -1;
-    for (int k = 0; k < nmb; k++) {
-      long target = g->batch[g->nb - nmb + k];
-      if (p->mask[k] != target && p->mask[k] != 1) return -1;
-    }
-    /* Decision: the key dim must be exactly Sk; a key mask of width 1 is
-     * not a key mask. */
-    if (p->mask[nmb] != g->Sk) return -1;
+  /* Decision: the key dim must be exactly Sk; a key mask of width 1 is
+   * not a key mask. */
+  if (p->has_mask && !fits_right_aligned(p->mask, p->mask_rank, g, g->Sk)) return -1;
+  /* q_pos covers x's Sq rows (for global too: pe reads them). */
+  if (p->has_q_pos && !fits_right_aligned(p->q_pos, p->q_pos_rank, g, g->Sq)) return -1;
+  if (p->has_k_pos && !fits_right_aligned(p->k_pos, p->k_pos_rank, g, g->Sk)) return -1;
+  return 0;
+}
+
+static long rope_dim(const ref_problem *p, const geom *g) { return p->rope_dim ? p->rope_dim : g->c; }
+
+/* The ranges DESIGN gives rope, alibi, softcap and pe, and the combinations
+ * it makes spec errors. */
+static int check_modifiers(const ref_problem *p, const geom *g)
+{
+  if (p->rope < REF_ROPE_NONE || p->rope > REF_ROPE_GPTJ) return -1;
+  if (p->pe < REF_PE_NONE || p->pe > REF_PE_SINUSOIDAL) return -1;
+  if (p->rope != REF_ROPE_NONE) {
+    long r = rope_dim(p, g);
+    if (p->global || r < 2 || r % 2 != 0 || r > g->c) return -1;
+    if (p->rope_theta != 0.0 && !(p->rope_theta > 1.0)) return -1;
   }
+  /* Decision: the averaged global query has no position, so alibi is an
+   * error with global, as rope is. */
+  if (!(p->alibi >= 0.0) || (p->alibi > 0.0 && p->global)) return -1;
+  if (!(p->softcap >= 0.0)) return -1;
+  if (p->sinks && p->empty_rows != REF_EMPTY_ZERO) return -1;
+  /* Decision: kv gets the encoding of its own width, which must be even too. */
+  if (p->pe != REF_PE_NONE && (p->core || g->c_in % 2 != 0 || g->c_kv % 2 != 0)) return -1;
   return 0;
 }
 
@@ -154,7 +192,8 @@ static int resolve(const ref_problem *p, geom *g)
   if ((p->core ? resolve_core(p, g) : resolve_full(p, g)) != 0) return -1;
   g->nbatch = 1;
   for (int k = 0; k < g->nb; k++) g->nbatch *= g->batch[k];
-  return check_bias_mask(p, g);
+  if (check_inputs(p, g) != 0) return -1;
+  return check_modifiers(p, g);
 }
 
 long ref_output_shape(const ref_problem *p, int *rank, long *shape)
@@ -185,20 +224,41 @@ static double bias_at(const ref_problem *p, const ref_tensors *t, const long *bi
   return t->bias[off];
 }
 
+/* Offset of batch bidx, last index i, in a right-aligned (*m, n) tensor. */
+static long right_aligned_offset(const long *d, int rank, const geom *g, const long *bidx, long i)
+{
+  int nm = rank - 1;
+  long off = 0;
+  for (int k = 0; k < nm; k++) off = off * d[k] + bcast(d[k], bidx[g->nb - nm + k]);
+  return off * d[nm] + i;
+}
+
 static int mask_keeps(const ref_problem *p, const ref_tensors *t, const geom *g,
                       const long *bidx, long j)
 {
-  int nmb = p->mask_rank - 1;
-  const long *d = p->mask;
-  long off = 0;
-  for (int k = 0; k < nmb; k++) off = off * d[k] + bcast(d[k], bidx[g->nb - nmb + k]);
-  off = off * d[nmb] + j;
-  return t->mask[off] != 0.0;
+  return t->mask[right_aligned_offset(p->mask, p->mask_rank, g, bidx, j)] != 0.0;
+}
+
+/* Position of x's row i (a query), for rope, alibi and pe only. */
+static double query_pos(const ref_problem *p, const ref_tensors *t, const geom *g,
+                        const long *bidx, long i)
+{
+  if (p->has_q_pos) return t->q_pos[right_aligned_offset(p->q_pos, p->q_pos_rank, g, bidx, i)];
+  return (double)(i + g->q_pos0);
+}
+
+/* Position of key j, for rope, alibi and pe only. */
+static double key_pos(const ref_problem *p, const ref_tensors *t, const geom *g,
+                      const long *bidx, long j)
+{
+  if (p->has_k_pos) return t->k_pos[right_aligned_offset(p->k_pos, p->k_pos_rank, g, bidx, j)];
+  return (double)j;
 }
 
 /* May logit row i (of Sl) see key j?  Mask, causal and window must all allow
- * it.  Decision: for global attention the logits have one row (i = 0,
- * Sl = 1) and causal/window apply to it literally, as if Sq were 1. */
+ * it; they read indices, never positions.  Decision: for global attention
+ * the logits have one row (i = 0, Sl = 1) and causal/window apply to it
+ * literally, as if Sq were 1. */
 static int key_visible(const ref_problem *p, const ref_tensors *t, const geom *g,
                        const long *bidx, long i, long j)
 {
@@ -243,89 +303,243 @@ static void linear(const double *x, long n_in, const double *w, const double *b,
 
 static double sigmoid(double z) { return 1.0 / (1.0 + exp(-z)); }
 
-/* One logit row: o (c wide) = softmax over visible keys of
- * scale * q_i.k_j + bias, applied to v.  k and v point at key 0 of the kv
- * head, consecutive keys kv_stride apart.  w (Sk doubles) and vis (Sk chars)
- * are scratch. */
-static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g,
-                       const long *bidx, int h, long i, const double *q_i,
-                       const double *k, const double *v, long kv_stride,
-                       double *w, char *vis, double *o, double *wout)
+/* Sinusoidal positional encoding: x[2i] += sin(pos * 10000^(-2i/width)),
+ * x[2i+1] += cos(the same angle). */
+static void add_sinusoid(double pos, long width, double *x)
 {
-  long Sk = g->Sk, c = g->c, nvis = 0;
-  double m = 0.0, sum = 0.0;   /* m: row max, set by the first visible key */
-  for (long j = 0; j < Sk; j++) {
-    vis[j] = (char)key_visible(p, t, g, bidx, i, j);
+  for (long e = 0; e < width; e++) {
+    double a = pos * pow(10000.0, -2.0 * (double)(e / 2) / (double)width);
+    x[e] += e % 2 == 0 ? sin(a) : cos(a);
+  }
+}
+
+/* Rotary embedding of one head's c features at position pos.  For d < r/2
+ * the pair (u, w) turns by a = pos * theta^(-2d/r) / f[d]; neox pairs d
+ * with d + r/2, gptj 2d with 2d+1.  The angle is computed in double: at
+ * large positions a float product is off by milliradians. */
+static void rotate(const ref_problem *p, const ref_tensors *t, const geom *g, double pos,
+                   double *x)
+{
+  long r = rope_dim(p, g);
+  double theta = p->rope_theta != 0.0 ? p->rope_theta : 10000.0;
+  for (long d = 0; d < r / 2; d++) {
+    double f = t->rope_freqs ? t->rope_freqs[d] : 1.0;
+    double a = pos * pow(theta, -2.0 * (double)d / (double)r) / f;
+    long iu = p->rope == REF_ROPE_NEOX ? d : 2 * d;
+    long iw = p->rope == REF_ROPE_NEOX ? d + r / 2 : 2 * d + 1;
+    double u = x[iu], w = x[iw];
+    x[iu] = u * cos(a) - w * sin(a);
+    x[iw] = w * cos(a) + u * sin(a);
+  }
+}
+
+/* rope on n rows of nh heads each (head e of row i at x + i*row_stride +
+ * e*head_stride), at query positions, or at key positions when keys. */
+static void rotate_rows(const ref_problem *p, const ref_tensors *t, const geom *g,
+                        const long *bidx, int keys, double *x, long n, long nh,
+                        long row_stride, long head_stride)
+{
+  for (long i = 0; i < n; i++) {
+    double pos = keys ? key_pos(p, t, g, bidx, i) : query_pos(p, t, g, bidx, i);
+    for (long e = 0; e < nh; e++) rotate(p, t, g, pos, x + i * row_stride + e * head_stride);
+  }
+}
+
+/* ALiBi slope of head h: m0^(h+1) for the first n heads (n the largest power
+ * of two <= H), then odd powers of m1 = sqrt(m0) for the rest. */
+static double alibi_slope(double max_bias, int H, int h)
+{
+  int n = 1;
+  while (n * 2 <= H) n *= 2;
+  double m0 = pow(2.0, -max_bias / n), m1 = pow(2.0, -max_bias / (2.0 * n));
+  return h < n ? pow(m0, h + 1) : pow(m1, 2 * (h - n) + 1);
+}
+
+/* One logit row: where it sits and where its results go. */
+typedef struct row {
+  const long *bidx;
+  int h;                        /* query head */
+  long i;                       /* logit row, 0..Sl-1 */
+  const double *q;              /* the row's c query features, rotated and unscaled */
+  const double *k, *v;          /* key 0 of the kv head; consecutive keys stride apart */
+  long stride;
+  double *o;                    /* c outputs */
+  double *weights, *lse;        /* optional outputs: Sk probabilities, one lse */
+} row;
+
+/* The final logit of key j from q.k_j, in DESIGN's order: scale, softcap of
+ * the scaled value, then bias and alibi.  Masks act after, in key_visible. */
+static double logit(const ref_problem *p, const ref_tensors *t, const geom *g, const row *rw,
+                    long j, double dot)
+{
+  double s = p->scale * dot;
+  if (p->softcap > 0.0) s = p->softcap * tanh(s / p->softcap);
+  if (p->has_bias) s += bias_at(p, t, rw->bidx, rw->h, rw->i, j);
+  if (p->alibi > 0.0)
+    s += alibi_slope(p->alibi, g->H, rw->h) *
+         (key_pos(p, t, g, rw->bidx, j) - query_pos(p, t, g, rw->bidx, rw->i));
+  return s;
+}
+
+/* w[j] = the logit of each visible key (0 for hidden ones), vis[j] = whether
+ * it is visible.  Returns the number of visible keys, their max in *m. */
+static long row_logits(const ref_problem *p, const ref_tensors *t, const geom *g, const row *rw,
+                       double *w, char *vis, double *m)
+{
+  long nvis = 0;
+  *m = 0.0;
+  for (long j = 0; j < g->Sk; j++) {
+    const double *k_j = rw->k + j * rw->stride;
+    vis[j] = (char)key_visible(p, t, g, rw->bidx, rw->i, j);
     w[j] = 0.0;
     if (!vis[j]) continue;
     double dot = 0.0;
-    for (long d = 0; d < c; d++) dot += q_i[d] * k[j * kv_stride + d];
-    w[j] = p->scale * dot;
-    if (p->has_bias) w[j] += bias_at(p, t, bidx, h, i, j);
-    if (nvis == 0 || w[j] > m) m = w[j];
+    for (long d = 0; d < g->c; d++) dot += rw->q[d] * k_j[d];
+    w[j] = logit(p, t, g, rw, j, dot);
+    if (nvis == 0 || w[j] > *m) *m = w[j];
     nvis++;
   }
-  if (nvis == 0) {
-    if (p->empty_rows != REF_EMPTY_UNIFORM) {
-      double fill = p->empty_rows == REF_EMPTY_ZERO ? 0.0 : NAN;
-      for (long d = 0; d < c; d++) o[d] = fill;
-      if (wout)
-        for (long j = 0; j < Sk; j++) wout[j] = fill;
-      return;
-    }
-    /* UNIFORM: every key, visible or not, gets weight 1/Sk. */
-    for (long j = 0; j < Sk; j++) w[j] = 1.0;
-    sum = (double)Sk;
-  } else {
-    /* Subtracting the row max keeps exp() <= 1: logits of ~330 would
-     * overflow f32 (and ~710 f64) otherwise.  Hidden keys get exactly 0,
-     * which is what both the seed's -1e8 offset and a -inf fill give for a
-     * row that sees at least one key. */
-    for (long j = 0; j < Sk; j++) {
-      w[j] = vis[j] ? exp(w[j] - m) : 0.0;
-      sum += w[j];
-    }
+  return nvis;
+}
+
+/* Softmax of w over the visible keys, a sink (when there is one) joining the
+ * denominator and nothing else: w[j] becomes key j's probability, 0 when
+ * hidden.  Returns the log of the denominator, the row's lse.  A sink row
+ * that sees no key keeps all its mass on the sink: w = 0, lse = sink.
+ * Subtracting the max keeps exp() <= 1: logits of ~330 would overflow f32
+ * (and ~710 f64) otherwise.  Hidden keys get exactly 0, which is what both
+ * the seed's -1e8 offset and a -inf fill give for a row that sees a key. */
+static double softmax(const ref_problem *p, const ref_tensors *t, int h, long Sk, long nvis,
+                      double m, double *w, const char *vis)
+{
+  double sum = 0.0;
+  if (p->sinks) {
+    double sink = t->sinks[h];
+    if (nvis == 0 || sink > m) m = sink;
+    sum = exp(sink - m);
   }
-  for (long d = 0; d < c; d++) {
+  for (long j = 0; j < Sk; j++) {
+    w[j] = vis[j] ? exp(w[j] - m) : 0.0;
+    sum += w[j];
+  }
+  for (long j = 0; j < Sk; j++) w[j] /= sum;
+  return m + log(sum);
+}
+
+/* Weights of a row that sees no key and has no sink, as empty_rows says:
+ * 0 (so the output is 0), uniform over every key, visible or not, or NaN. */
+static void empty_row_weights(int empty_rows, long Sk, double *w)
+{
+  double fill = empty_rows == REF_EMPTY_UNIFORM ? 1.0 / (double)Sk
+                : empty_rows == REF_EMPTY_NAN   ? NAN
+                                                : 0.0;
+  for (long j = 0; j < Sk; j++) w[j] = fill;
+}
+
+/* One logit row: scores, softmax, weighted sum of v.  w (Sk doubles) and
+ * vis (Sk chars) are scratch. */
+static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g, const row *rw,
+                       double *w, char *vis)
+{
+  double m, lse = -INFINITY;   /* -inf: the log of an empty denominator */
+  long nvis = row_logits(p, t, g, rw, w, vis, &m);
+  if (nvis > 0 || p->sinks)
+    lse = softmax(p, t, rw->h, g->Sk, nvis, m, w, vis);
+  else
+    empty_row_weights(p->empty_rows, g->Sk, w);
+  for (long d = 0; d < g->c; d++) {
     double s = 0.0;
-    for (long j = 0; j < Sk; j++) s += w[j] * v[j * kv_stride + d];
-    o[d] = s / sum;
+    for (long j = 0; j < g->Sk; j++) s += w[j] * rw->v[j * rw->stride + d];
+    rw->o[d] = s;
   }
-  if (wout)
-    for (long j = 0; j < Sk; j++) wout[j] = w[j] / sum;
+  if (rw->weights) memcpy(rw->weights, w, (size_t)g->Sk * sizeof *w);
+  if (rw->lse) *rw->lse = lse;
+}
+
+/* Where row (b, h, i) of the weights and of lse starts, or NULL if not asked. */
+static double *weights_at(const ref_tensors *t, const geom *g, long b, int h, long i)
+{
+  return t->weights ? t->weights + ((b * g->H + h) * g->Sl + i) * g->Sk : NULL;
+}
+
+static double *lse_at(const ref_tensors *t, const geom *g, long b, int h, long i)
+{
+  return t->lse ? t->lse + (b * g->H + h) * g->Sl + i : NULL;
+}
+
+/* One batch element's block of nh heads of S rows of c features, stored
+ * (nh, S, c), or (S, nh, c) with layout bshc, copied out as (nh, S, c). */
+static void gather_heads(const double *src, long nh, long S, long c, int bshc, double *dst)
+{
+  for (long e = 0; e < nh; e++)
+    for (long i = 0; i < S; i++)
+      memcpy(dst + (e * S + i) * c, src + (bshc ? i * nh + e : e * S + i) * c,
+             (size_t)c * sizeof *dst);
 }
 
 static int run_core(const ref_problem *p, const ref_tensors *t, const geom *g, double *out)
 {
   long H = g->H, G = g->G, Sq = g->Sq, Sk = g->Sk, c = g->c;
+  double *q = malloc((size_t)H * Sq * c * sizeof *q);   /* (H, Sq, c) */
+  double *k = malloc((size_t)G * Sk * c * sizeof *k);   /* (G, Sk, c) */
+  double *v = malloc((size_t)G * Sk * c * sizeof *v);
   double *w = malloc((size_t)Sk * sizeof *w);
   char *vis = malloc((size_t)Sk);
-  if (!w || !vis) {
-    free(w);
-    free(vis);
-    return -1;
-  }
+  int rc = (q && k && v && w && vis) ? 0 : -1;
   long bidx[REF_MAX_RANK];
-  for (long b = 0; b < g->nbatch; b++) {
+  for (long b = 0; rc == 0 && b < g->nbatch; b++) {
     batch_index(g, b, bidx);
     /* q_b: (H, Sq, c); k_b, v_b: (G, Sk, c); out_b: (H, Sq, c); or with
      * layout bshc (Sq, H, c), (Sk, G, c), (Sq, H, c) */
-    const double *q_b = t->q + b * H * Sq * c;
-    const double *k_b = t->k + b * G * Sk * c;
-    const double *v_b = t->v + b * G * Sk * c;
+    gather_heads(t->q + b * H * Sq * c, H, Sq, c, p->bshc, q);
+    gather_heads(t->k + b * G * Sk * c, G, Sk, c, p->bshc, k);
+    gather_heads(t->v + b * G * Sk * c, G, Sk, c, p->bshc, v);
     double *o_b = out + b * H * Sq * c;
+    if (p->rope != REF_ROPE_NONE) {
+      rotate_rows(p, t, g, bidx, 0, q, Sq, H, c, Sq * c);
+      rotate_rows(p, t, g, bidx, 1, k, Sk, G, c, Sk * c);
+    }
     for (int h = 0; h < H; h++) {
       long kvh = h / (H / G);   /* GQA: H/G consecutive query heads share one kv head */
-      for (long i = 0; i < Sq; i++)
-        attend_row(p, t, g, bidx, h, i, q_b + (p->bshc ? i * H + h : h * Sq + i) * c,
-                   k_b + kvh * (p->bshc ? 1 : Sk) * c, v_b + kvh * (p->bshc ? 1 : Sk) * c, p->bshc ? G * c : c, w, vis,
+      for (long i = 0; i < Sq; i++) {
+        row rw = { bidx, h, i, q + (h * Sq + i) * c, k + kvh * Sk * c, v + kvh * Sk * c, c,
                    o_b + (p->bshc ? i * H + h : h * Sq + i) * c,
-                   t->weights ? t->weights + ((b * H + h) * Sq + i) * Sk : NULL);
+                   weights_at(t, g, b, h, i), lse_at(t, g, b, h, i) };
+        attend_row(p, t, g, &rw, w, vis);
+      }
     }
   }
+  free(q);
+  free(k);
+  free(v);
   free(w);
   free(vis);
-  return 0;
+  return rc;
+}
+
+/* Row i of x as the q projection and the gate see it: with pe, plus the
+ * encoding at the row's query position (scratch holds the sum). */
+static const double *x_row(const ref_problem *p, const ref_tensors *t, const geom *g,
+                           const long *bidx, long i, double *scratch)
+{
+  const double *x_i = t->x + row_index(p->x, p->rank, p->attn_axis, bidx, i) * g->c_in;
+  if (p->pe == REF_PE_NONE) return x_i;
+  memcpy(scratch, x_i, (size_t)g->c_in * sizeof *scratch);
+  add_sinusoid(query_pos(p, t, g, bidx, i), g->c_in, scratch);
+  return scratch;
+}
+
+/* Row j of kv (x in self-attention) as the k and v projections see it:
+ * with pe, plus the encoding at the key's position. */
+static const double *kv_row(const ref_problem *p, const ref_tensors *t, const geom *g,
+                            const long *bidx, long j, double *scratch)
+{
+  const double *kvx = t->kv ? t->kv : t->x;
+  const double *kv_j = kvx + row_index(p->kv, p->rank, p->attn_axis, bidx, j) * g->c_kv;
+  if (p->pe == REF_PE_NONE) return kv_j;
+  memcpy(scratch, kv_j, (size_t)g->c_kv * sizeof *scratch);
+  add_sinusoid(key_pos(p, t, g, bidx, j), g->c_kv, scratch);
+  return scratch;
 }
 
 static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g, double *out)
@@ -333,7 +547,6 @@ static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g, d
   int r = p->rank, ax = p->attn_axis;
   long H = g->H, G = g->G, c = g->c, hc = H * c, kvw = g->kvw;
   long Sq = g->Sq, Sk = g->Sk, c_in = g->c_in, c_kv = g->c_kv;
-  const double *x = t->x, *kvx = t->kv ? t->kv : t->x;
 
   double *q = malloc((size_t)Sq * hc * sizeof *q);      /* (Sq, H*c) */
   double *k = malloc((size_t)Sk * kvw * sizeof *k);     /* (Sk, G*c) or (Sk, c) */
@@ -343,20 +556,28 @@ static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g, d
   char *vis = malloc((size_t)Sk);
   double *o_i = malloc((size_t)hc * sizeof *o_i);
   double *gate = malloc((size_t)hc * sizeof *gate);
-  int rc = (q && k && v && o && w && vis && o_i && gate) ? 0 : -1;
+  double *xr = malloc((size_t)c_in * sizeof *xr);       /* x row + PE */
+  double *kvr = malloc((size_t)c_kv * sizeof *kvr);     /* kv row + PE */
+  int rc = (q && k && v && o && w && vis && o_i && gate && xr && kvr) ? 0 : -1;
 
   long bidx[REF_MAX_RANK];
   for (long b = 0; rc == 0 && b < g->nbatch; b++) {
     batch_index(g, b, bidx);
 
-    /* project: the seed's linear_q/k/v, one position at a time */
+    /* (positional encoding and) project: the seed's linear_q/k/v, one
+     * position at a time */
     for (long i = 0; i < Sq; i++)
-      linear(x + row_index(p->x, r, ax, bidx, i) * c_in, c_in, t->wq,
-             p->qkv_bias ? t->bq : NULL, hc, q + i * hc);
+      linear(x_row(p, t, g, bidx, i, xr), c_in, t->wq, p->qkv_bias ? t->bq : NULL, hc, q + i * hc);
     for (long j = 0; j < Sk; j++) {
-      const double *kv_j = kvx + row_index(p->kv, r, ax, bidx, j) * c_kv;
+      const double *kv_j = kv_row(p, t, g, bidx, j, kvr);
       linear(kv_j, c_kv, t->wk, p->qkv_bias ? t->bk : NULL, kvw, k + j * kvw);
       linear(kv_j, c_kv, t->wv, p->qkv_bias ? t->bv : NULL, kvw, v + j * kvw);
+    }
+
+    /* rotary embedding of every q and k head (never with global) */
+    if (p->rope != REF_ROPE_NONE) {
+      rotate_rows(p, t, g, bidx, 0, q, Sq, H, hc, c);
+      rotate_rows(p, t, g, bidx, 1, k, Sk, G, kvw, c);
     }
 
     /* global: prepare_qkv_global's torch.mean over the attention axis, or
@@ -378,18 +599,20 @@ static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g, d
     /* scores, bias, mask, softmax, weighted sum: one logit row at a time */
     for (int h = 0; h < H; h++) {
       long kvh = p->global ? 0 : h / (H / G);
-      for (long i = 0; i < g->Sl; i++)
-        attend_row(p, t, g, bidx, h, i, q + i * hc + h * c, k + kvh * c, v + kvh * c,
-                   kvw, w, vis, o + i * hc + h * c,
-                   t->weights ? t->weights + ((b * H + h) * g->Sl + i) * Sk : NULL);
+      for (long i = 0; i < g->Sl; i++) {
+        row rw = { bidx, h, i, q + i * hc + h * c, k + kvh * c, v + kvh * c, kvw,
+                   o + i * hc + h * c, weights_at(t, g, b, h, i), lse_at(t, g, b, h, i) };
+        attend_row(p, t, g, &rw, w, vis);
+      }
     }
 
     /* gate and output projection, per output position.  Global + gated
-     * broadcasts the one attention row over all Sq positions. */
+     * broadcasts the one attention row over all Sq positions.  The gate
+     * reads x as the q projection did, encoding included. */
     for (long i = 0; i < g->Sout; i++) {
       memcpy(o_i, o + (p->global ? 0 : i) * hc, (size_t)hc * sizeof *o_i);
       if (p->gated) {
-        linear(x + row_index(p->x, r, ax, bidx, i) * c_in, c_in, t->wg, t->bg, hc, gate);
+        linear(x_row(p, t, g, bidx, i, xr), c_in, t->wg, t->bg, hc, gate);
         for (long e = 0; e < hc; e++) o_i[e] *= sigmoid(gate[e]);
       }
       linear(o_i, hc, t->wo, p->out_bias ? t->bo : NULL, c_in,
@@ -404,22 +627,38 @@ static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g, d
   free(vis);
   free(o_i);
   free(gate);
+  free(xr);
+  free(kvr);
   return rc;
+}
+
+/* (batch axes..., H, Sl): the rows of the logits, shared by lse and the
+ * weights.  Returns the element count. */
+static long rows_shape(const geom *g, int *rank, long *shape)
+{
+  long n = 1;
+  for (int a = 0; a < g->nb; a++) shape[a] = g->batch[a];
+  shape[g->nb] = g->H;
+  shape[g->nb + 1] = g->Sl;
+  *rank = g->nb + 2;
+  for (int a = 0; a < *rank; a++) n *= shape[a];
+  return n;
+}
+
+long ref_lse_shape(const ref_problem *p, int *rank, long *shape)
+{
+  geom g;
+  if (resolve(p, &g) != 0) return -1;
+  return rows_shape(&g, rank, shape);
 }
 
 long ref_weights_shape(const ref_problem *p, int *rank, long *shape)
 {
   geom g;
-  long n = 1;
-  int a;
   if (resolve(p, &g) != 0) return -1;
-  for (a = 0; a < g.nb; a++) shape[a] = g.batch[a];
-  shape[g.nb] = g.H;
-  shape[g.nb + 1] = g.Sl;
-  shape[g.nb + 2] = g.Sk;
-  *rank = g.nb + 3;
-  for (a = 0; a < *rank; a++) n *= shape[a];
-  return n;
+  long n = rows_shape(&g, rank, shape);
+  shape[(*rank)++] = g.Sk;
+  return n * g.Sk;
 }
 
 int ref_attention(const ref_problem *p, const ref_tensors *t, double *out)
@@ -427,6 +666,8 @@ int ref_attention(const ref_problem *p, const ref_tensors *t, double *out)
   geom g;
   if (!t || !out || resolve(p, &g) != 0) return -1;
   if ((p->has_bias && !t->bias) || (p->has_mask && !t->mask)) return -1;
+  if ((p->has_q_pos && !t->q_pos) || (p->has_k_pos && !t->k_pos)) return -1;
+  if (p->sinks && !t->sinks) return -1;
   if (p->core) {
     if (!t->q || !t->k || !t->v) return -1;
     return run_core(p, t, &g, out);

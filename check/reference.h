@@ -1,6 +1,7 @@
 /* The one float64 reference for every attnc variant.  Plain loops, no
  * tricks: obviously correct is the point.  Semantics: docs/spec.md
- * (and the AlphaFold worksheet it grew from). */
+ * (and the AlphaFold worksheet it grew from); positions, score modifiers
+ * and lse as DESIGN.md's spec language v2 words them. */
 #ifndef ATTNC_REFERENCE_H
 #define ATTNC_REFERENCE_H
 
@@ -8,6 +9,8 @@
 
 enum { REF_CAUSAL_NONE = 0, REF_CAUSAL_TOP_LEFT, REF_CAUSAL_BOTTOM_RIGHT };
 enum { REF_EMPTY_ZERO = 0, REF_EMPTY_UNIFORM, REF_EMPTY_NAN };
+enum { REF_ROPE_NONE = 0, REF_ROPE_NEOX, REF_ROPE_GPTJ };
+enum { REF_PE_NONE = 0, REF_PE_SINUSOIDAL };
 
 typedef struct ref_problem {
   int core;                 /* mode=core: q (*,H,Sq,c), k and v (*,G,Sk,c) */
@@ -25,6 +28,19 @@ typedef struct ref_problem {
   int has_window; long wl, wr;
   double scale;
   int empty_rows;           /* REF_EMPTY_* */
+  /* Everything below is off when zero, so a memset problem keeps v1's meaning.
+   * Positions feed rope, alibi and pe only; causal and window use indices.
+   * Default positions: key j at j, query i at i + Sk - Sq (self-attention,
+   * core mode), or at i (full-mode cross-attention, where both start at 0). */
+  int has_q_pos; int q_pos_rank; long q_pos[REF_MAX_RANK];  /* (*m, Sq), right-aligned like the mask */
+  int has_k_pos; int k_pos_rank; long k_pos[REF_MAX_RANK];  /* (*m, Sk), likewise */
+  int rope;                 /* REF_ROPE_*: rotate q and k after projection and bias, before the scale */
+  int rope_dim;             /* r, even, <= head dim: features from r on stay as they are; 0 = head dim */
+  double rope_theta;        /* angle base theta (> 1); 0 = 10000 */
+  double alibi;             /* max_bias > 0 adds slope[h] * (pos_k - pos_q) to the logits; 0 = off */
+  double softcap;           /* cap > 0: s = cap * tanh(s / cap) on the scaled logits (Gemma 2); 0 = off */
+  int sinks;                /* per-head sink logits join each softmax denominator (gpt-oss); empty_rows zero */
+  int pe;                   /* REF_PE_*: full mode, added to x and kv rows before the projections */
 } ref_problem;
 
 /* Tensors, all row-major float64, in PyTorch layout (Linear weight = (out, in)).
@@ -33,7 +49,11 @@ typedef struct ref_tensors {
   const double *x, *kv, *bias, *mask;   /* full mode inputs */
   const double *q, *k, *v;              /* core mode inputs */
   const double *wq, *bq, *wk, *bk, *wv, *bv, *wg, *bg, *wo, *bo;
-  double *weights;   /* optional output: the attention weights, ref_weights_shape() */
+  double *weights;   /* optional output: attention probabilities (a sink's share left out), ref_weights_shape() */
+  const double *q_pos, *k_pos;   /* integer positions held as doubles, when has_q_pos / has_k_pos */
+  const double *rope_freqs;      /* (r/2) factors f dividing the rope angles (Llama 3); NULL = all 1 */
+  const double *sinks;           /* (H) sink logits, when sinks */
+  double *lse;       /* optional output: log of each row's softmax denominator, ref_lse_shape() */
 } ref_tensors;
 
 /* Output shape: rank and dims; returns element count. */
@@ -41,6 +61,9 @@ long ref_output_shape(const ref_problem *p, int *rank, long *shape);
 /* Shape of the attention weights: (batch axes..., H, Sq, Sk), Sq = 1 for
  * global; returns the element count. */
 long ref_weights_shape(const ref_problem *p, int *rank, long *shape);
+/* Shape of lse: (batch axes..., H, Sq), Sq = 1 for global; returns the
+ * element count. */
+long ref_lse_shape(const ref_problem *p, int *rank, long *shape);
 /* Compute out (ref_output_shape elements).  Returns 0, or -1 on a bad problem. */
 int ref_attention(const ref_problem *p, const ref_tensors *t, double *out);
 

@@ -512,13 +512,28 @@ static int cmd_run(struct cli *c)
   }
   if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
   {
-    size_t n = attnc_dtype_size(out.dtype);
-    const char *name = "out";
-    for (i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
-    out.data = malloc(n ? n : 1);
-    if (!out.data) { fprintf(stderr, "attnc: error: out of memory for the output (%zu bytes)\n", n); goto done; }
-    if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
-    if (attnc_st_write(c->out, 1, &name, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+    /* every output the spec asks for goes to --out: out, and lse with the key lse */
+    attnc_tensor outs[2];
+    const char *names[2] = { "out", "lse" };
+    int n_out = 1, o;
+    memset(outs, 0, sizeof outs);
+    outs[0] = out;
+    if (attnc_output_info(b, "lse", &outs[1], &e) == ATTNC_OK) n_out = 2;
+    for (o = 0; o < n_out; o++) {
+      size_t n = attnc_dtype_size(outs[o].dtype);
+      for (i = 0; i < outs[o].rank; i++) n *= (size_t)outs[o].shape[i];
+      outs[o].data = malloc(n ? n : 1);
+      if (!outs[o].data) { fprintf(stderr, "attnc: error: out of memory for the output %s (%zu bytes)\n", names[o], n); goto run_done; }
+    }
+    if (n_out > 1 && attnc_bind_output(b, "lse", &outs[1], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
+    if (attnc_run(b, &outs[0], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
+    if (attnc_st_write(c->out, n_out, names, outs, &e) != ATTNC_OK) { print_error(&e); goto run_done; }
+    out.data = outs[0].data;
+    outs[0].data = NULL;
+  run_done:
+    free(outs[0].data);
+    if (n_out > 1) free(outs[1].data);
+    if (!out.data) goto done;
   }
   if (c->save_attn || c->heatmap) {
     double *w = NULL;
@@ -671,6 +686,7 @@ static int cmd_check(struct cli *c)
          "NMSE %.3g (at most %.0e): %s\n",
          c->plain ? "plain form, " : "", r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.atol,
          r.rtol, r.nmse, r.nmse_max, r.ok ? "OK" : "MISMATCH");
+  if (r.n_lse) printf("and %zu lse values within the same bound%s%s\n", r.n_lse, r.ok ? "" : ": ", r.ok ? "" : r.err.message);
   return r.ok ? 0 : 1;
 }
 
@@ -779,7 +795,7 @@ static int cmd_bench(struct cli *c)
     const char *be = attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc";
     int threads = attnc_bindings_threads(b);
     long scratch = attnc_bindings_scratch_bytes(b);
-    const char *isa = g->dtype == ATTNC_F32 ? attnc_isa() : "none (f64: plain C)";
+    const char *isa = g->dtype != ATTNC_F64 ? attnc_isa() : "none (f64: plain C)";
     char unmasked[96] = "";
     if (c->json) {
       if (flops_unmasked > 0)

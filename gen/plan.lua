@@ -74,7 +74,22 @@ function M.plan(s, version)
     causal = s.causal, window = s.window, empty_rows = s.empty_rows,
     has_mask = s.mask == "key", has_bias = s.bias ~= nil,
     scale = require("spec").fmt_float(s.scale),
+    softcap = s.softcap and require("spec").fmt_decimal(s.softcap) or false,
+    sinks = s.sinks or false, lse = s.lse or false,
   }
+  -- ALiBi slopes (DESIGN.md): n = the largest power of two <= H,
+  -- m0 = 2^(-max_bias/n), m1 = 2^(-max_bias/(2n)); head h < n: m0^(h+1), else m1^(2(h-n)+1)
+  if s.alibi then
+    local n = 1
+    while n * 2 <= s.heads do n = n * 2 end
+    local m0, m1 = 2.0 ^ (-s.alibi / n), 2.0 ^ (-s.alibi / (2 * n))
+    p.alibi = {}
+    for h = 0, s.heads - 1 do
+      p.alibi[h + 1] = sformat("%.17g", h < n and m0 ^ (h + 1) or m1 ^ (2 * (h - n) + 1))
+    end
+  else
+    p.alibi = false
+  end
   p.dims = {}
   for i, n in ipairs(s.dims) do p.dims[i] = { name = n, var = dim(n), index = i - 1 } end
   p.Sq, p.Sk = dim(s.Sq), dim(s.Sk)
@@ -156,7 +171,15 @@ function M.plan(s, version)
     sig.out = out_shape
   end
   if s.bias then input("bias", s.bias, "input") end
+  if s.sinks then input("sinks", { s.heads }, "input") end
   sig.mask = p.has_mask and { batch = batch, Sk = s.Sk } or nil
+  -- the lse output: (batch axes..., H, Sq), Sq = 1 for global attention
+  if s.lse then
+    local l = {}
+    for _, d in ipairs(batch) do insert(l, d) end
+    insert(l, s.heads); insert(l, (s.mode == "full" and s.global) and 1 or s.Sq)
+    sig.lse = l
+  end
   p.sig = sig
   p.sched = M.schedule(p)
   return p
@@ -176,10 +199,14 @@ function M.schedule(p)
   local k = {}
   -- the vectorised primitives compute in f32 (a bf16 or f16 kernel's too)
   k.prims = p.dtype ~= "f64"
+  -- the attend primitive takes no score modifier and writes no lse yet:
+  -- with any, attention runs in the C loops (the projections still use
+  -- the primitives), and the paths built around the primitive are off
+  k.attend = k.prims and not (p.softcap or p.alibi or p.sinks or p.lse)
   -- a short query against many keys (decoding): split the keys, then combine
-  k.split = k.prims and not p.global and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
+  k.split = k.attend and not p.global and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
   -- whole batch elements, or one kv head of one, per attend item, projections included
-  local whole = k.prims and not p.core and not p.global
+  local whole = k.attend and not p.core and not p.global
   k.fuse = whole and (not nb or nb >= 4)
     and (not (sq and sk) or 2 * round_up(sq * p.HC) + 2 * round_up(sk * p.GC) <= (1 << 19))
   -- k and v projected head-major: the heads start on the packed weights' 32-wide panels
@@ -188,13 +215,13 @@ function M.schedule(p)
   k.by_head = whole and k.hm and (not nb or nb * p.G >= 2)
   -- layout bshc: k and v copied head by head into contiguous blocks, when
   -- enough query rows (more than one tile's worth per kv head) reuse each key
-  k.kv_t = k.prims and p.core and p.spec.layout == "bshc" and (not sq or sq * p.HPG > 16)
+  k.kv_t = k.attend and p.core and p.spec.layout == "bshc" and (not sq or sq * p.HPG > 16)
   -- a bias shared by every batch element, transposed once per run
   local shared = true
   for _, ax in ipairs(p.batch) do
     if ax.size ~= 1 and ax.bias_stride then shared = false end
   end
-  k.bias_t = k.prims and p.has_bias and shared and p.bias_i ~= nil and p.bias_j ~= nil and p.HPG == 1
+  k.bias_t = k.attend and p.has_bias and shared and p.bias_i ~= nil and p.bias_j ~= nil and p.HPG == 1
     and not p.global and (not nb or nb >= 4)
     and (not (sq and sk) or (p.bias_h and p.H or 1) * sk * round_up(sq) <= (1 << 22))
   return k

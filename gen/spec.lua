@@ -33,7 +33,7 @@ local KEYS = {
   out_bias = "bool", gated = "bool", global = "bool", global_mean = "enum",
   bias = "shape", mask = "enum", causal = "enum", window = "pair", scale = "float",
   empty_rows = "enum", mode = "enum", dtype = "enum", name = "ident", layout = "enum",
-  weights = "enum",
+  weights = "enum", softcap = "float", alibi = "float", sinks = "bool", lse = "bool",
 }
 local ENUMS = {
   preset = { "alphafold", "mha", "mqa", "gqa" },
@@ -46,11 +46,12 @@ local ENUMS = {
   dtype = { "f32", "f64", "bf16", "f16" },
   weights = { "int8", "f32", "f64", "bf16", "f16" },
 }
-local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias = "true", out_bias = "true" }
+local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias = "true", out_bias = "true",
+  alibi = "8", sinks = "true", lse = "true" }
 local KEY_ORDER = {
   "preset", "mode", "x", "kv", "q", "layout", "attn_dim", "heads", "kv_heads", "head_dim", "qkv_bias",
   "out_bias", "gated", "global", "global_mean", "bias", "mask", "causal", "window", "scale",
-  "empty_rows", "dtype", "weights", "name",
+  "empty_rows", "softcap", "alibi", "sinks", "lse", "dtype", "weights", "name",
 }
 M.KEY_ORDER = KEY_ORDER
 
@@ -496,6 +497,20 @@ function M.parse(text)
     s.scale = 1 / sqrt(s.head_dim)
   end
 
+  -- score modifiers (DESIGN.md "Positions and score modifiers") and the lse output
+  s.softcap = get("softcap", false)
+  if s.softcap and s.softcap <= 0 then fail(pos("softcap"), "softcap must be a positive number (the cap of cap * tanh(s / cap)), got %g", s.softcap) end
+  s.alibi = get("alibi", false)
+  if s.alibi and s.alibi <= 0 then fail(pos("alibi"), "alibi must be a positive max_bias (alibi alone means 8), got %g", s.alibi) end
+  if s.alibi and s.mode == "full" and s.global then
+    fail(raw.alibi.keypos, "alibi does not apply to global attention: its one averaged query has no position")
+  end
+  s.sinks = get("sinks", false)
+  if s.sinks and s.empty_rows ~= "zero" then
+    fail(raw.sinks.keypos, "sinks with empty_rows=%s: a row that sees no key puts its mass on the sink (output 0); drop empty_rows", s.empty_rows)
+  end
+  s.lse = get("lse", false)
+
   if raw.name then
     s.name = raw.name.value
   end
@@ -556,6 +571,22 @@ local function fmt_float(v)
 end
 M.fmt_float = fmt_float
 
+-- The v2 keys' decimals (softcap=30.0, alibi=8.0): the shortest decimal
+-- that reads back as v, in positional notation where one of at most 17
+-- places does (v1's scale keeps fmt_float, so its strings do not change).
+local function fmt_decimal(v)
+  for p = 1, 17 do
+    local t = sformat("%." .. p .. "f", v)
+    if tonumber(t) == v then
+      t = t:gsub("0+$", "")
+      if t:sub(-1) == "." then t = t .. "0" end
+      return t
+    end
+  end
+  return fmt_float(v)
+end
+M.fmt_decimal = fmt_decimal
+
 -- One string per variant: fixed key order, every default spelled out.
 function M.canonical(s, noname)
   local t = {}
@@ -584,6 +615,11 @@ function M.canonical(s, noname)
   add("window", s.window and (s.window[1] .. "," .. s.window[2]) or "none")
   add("scale", fmt_float(s.scale))
   add("empty_rows", s.empty_rows)
+  -- v2 keys: written only when set, so v1 canonical strings keep their form
+  if s.softcap then add("softcap", fmt_decimal(s.softcap)) end
+  if s.alibi then add("alibi", fmt_decimal(s.alibi)) end
+  if s.sinks then add("sinks", "true") end
+  if s.lse then add("lse", "true") end
   add("dtype", s.dtype)
   if s.weights and s.weights ~= s.dtype then add("weights", s.weights) end -- v1 canonical strings keep their form
   if not noname then add("name", s.name) end

@@ -121,6 +121,14 @@ attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *
 attnc_status attnc_bind_dim(attnc_bindings *b, const char *name, int64_t value, attnc_error *err);
 /* Check everything is bound and consistent; fill the output's dtype, rank and shape. */
 attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_error *err);
+/* The other outputs a spec may ask for, by name: "lse" (spec key lse, F32
+ * (batch axes..., H, Sq)).  attnc_output_info fills t's dtype, rank and
+ * shape as attnc_output_shape does for "out" (ATTNC_EARG for a name the
+ * spec does not ask for); attnc_bind_output names the tensor attnc_run
+ * writes it to (its data must stay valid for every run that uses it).
+ * attnc_run refuses to run a spec with such an output when none is bound. */
+attnc_status attnc_output_info(attnc_bindings *b, const char *name, attnc_tensor *t, attnc_error *err);
+attnc_status attnc_bind_output(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err);
 /* Threads for attnc_run (0: ATTNC_THREADS, else all CPUs); results do not depend on it. */
 attnc_status attnc_bindings_set_threads(attnc_bindings *b, int threads, attnc_error *err);
 int attnc_bindings_threads(const attnc_bindings *b);

@@ -9,7 +9,7 @@
 /* Every name a tensor goes by: AlphaFold/OpenFold, Hugging Face, torch MHA. */
 static const struct { const char *name; int slot; } NAMES[] = {
   { "x", ATTNC_SLOT_X }, { "kv", ATTNC_SLOT_KV }, { "bias", ATTNC_SLOT_BIAS }, { "mask", ATTNC_SLOT_MASK },
-  { "q", ATTNC_SLOT_Q }, { "k", ATTNC_SLOT_K }, { "v", ATTNC_SLOT_V },
+  { "q", ATTNC_SLOT_Q }, { "k", ATTNC_SLOT_K }, { "v", ATTNC_SLOT_V }, { "sinks", ATTNC_SLOT_SINKS },
   { "linear_q.weight", ATTNC_SLOT_WQ }, { "linear_q.bias", ATTNC_SLOT_BQ },
   { "linear_k.weight", ATTNC_SLOT_WK }, { "linear_k.bias", ATTNC_SLOT_BK },
   { "linear_v.weight", ATTNC_SLOT_WV }, { "linear_v.bias", ATTNC_SLOT_BV },
@@ -512,7 +512,7 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   attnc_status s;
   int slot, i, d;
   static const int order[] = {
-    ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V, ATTNC_SLOT_BIAS,
+    ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V, ATTNC_SLOT_BIAS, ATTNC_SLOT_SINKS,
     ATTNC_SLOT_WQ, ATTNC_SLOT_BQ, ATTNC_SLOT_WK, ATTNC_SLOT_BK, ATTNC_SLOT_WV, ATTNC_SLOT_BV,
     ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO, ATTNC_SLOT_WQ_SCALE, ATTNC_SLOT_WK_SCALE,
     ATTNC_SLOT_WV_SCALE, ATTNC_SLOT_WG_SCALE, ATTNC_SLOT_WO_SCALE
@@ -549,4 +549,59 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
     for (i = 0; i < g->out.rank; i++) out->shape[i] = resolve(b, g->out.dim[i]);
   }
   return ATTNC_OK;
+}
+
+attnc_status attnc_output_info(attnc_bindings *b, const char *name, attnc_tensor *t, attnc_error *err)
+{
+  const attnc_gen *g;
+  attnc_status s;
+  int i;
+  attnc_err_clear(err);
+  if (!b || !name || !t) return attnc_err_set(err, ATTNC_EARG, "attnc_output_info needs bindings, a name and a tensor");
+  g = &b->k->gen;
+  if (strcmp(name, "out") == 0) return attnc_output_shape(b, t, err);
+  if (strcmp(name, "lse") != 0 || !g->has_lse)
+    return attnc_err_set(err, ATTNC_EARG, "the spec has no output '%s'%s", name,
+                         strcmp(name, "lse") == 0 ? " (add the key lse)" : " (outputs: out, and lse with the key lse)");
+  s = attnc_output_shape(b, NULL, err); /* binds the named dims */
+  if (s != ATTNC_OK) return s;
+  t->dtype = ATTNC_F32;
+  t->rank = g->lse.rank;
+  for (i = 0; i < g->lse.rank; i++) t->shape[i] = resolve(b, g->lse.dim[i]);
+  return ATTNC_OK;
+}
+
+attnc_status attnc_bind_output(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err)
+{
+  attnc_err_clear(err);
+  if (!b || !name || !t) return attnc_err_set(err, ATTNC_EARG, "attnc_bind_output needs bindings, a name and a tensor");
+  if (strcmp(name, "lse") != 0 || !b->k->gen.has_lse)
+    return attnc_err_set(err, ATTNC_EARG, "the spec has no output '%s'%s", name,
+                         strcmp(name, "out") == 0 ? ": pass out to attnc_run" : strcmp(name, "lse") == 0 ? " (add the key lse)" : "");
+  b->lse = *t;
+  b->has_lse = 1;
+  return ATTNC_OK;
+}
+
+/* The bound lse output, checked against the shape the dims give. */
+attnc_status attnc_bindings_check_lse(attnc_bindings *b, attnc_error *err)
+{
+  attnc_tensor want;
+  attnc_status s;
+  int i;
+  if (!b->k->gen.has_lse) return ATTNC_OK;
+  if (!b->has_lse)
+    return attnc_err_set(err, ATTNC_EMISSING, "the spec has lse: bind its output with attnc_bind_output(b, \"lse\", ...) (F32, see attnc_output_info)");
+  if ((s = attnc_output_info(b, "lse", &want, err)) != ATTNC_OK) return s;
+  if (b->lse.dtype != ATTNC_F32 || b->lse.rank != want.rank)
+    return attnc_err_set(err, ATTNC_EBIND, "output lse must be F32 with %d dims", want.rank);
+  for (i = 0; i < want.rank; i++)
+    if (b->lse.shape[i] != want.shape[i]) {
+      char w[256];
+      attnc_bindings_shape_text(want.shape, want.rank, w, sizeof w);
+      return attnc_err_set(err, ATTNC_EBIND, "output lse axis %d is %lld but must be %lld: lse is %s", i,
+                           (long long)b->lse.shape[i], (long long)want.shape[i], w);
+    }
+  if (!b->lse.data) return attnc_err_set(err, ATTNC_EARG, "output lse has no data");
+  return attnc_bindings_check_aligned("the output lse", &b->lse, err);
 }

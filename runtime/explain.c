@@ -127,6 +127,7 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
   }
   if (g.has_mask) shape_line(&t, &g, "mask", &g.mask, 1, names, values, n, &inputs);
   shape_line(&t, &g, "out", &g.out, es, names, values, n, NULL);
+  if (g.has_lse) shape_line(&t, &g, "lse", &g.lse, 4, names, values, n, NULL);
 
   H = g.heads; G = g.kv_heads; C = g.head_dim;
   for (i = 0; i < g.ndims; i++) {
@@ -166,7 +167,9 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
     put(&t, "FLOPs (2 per multiply-add, dense: masks not subtracted; causal and window: also unmasked):\n");
     if (!g.core) put(&t, "  project q, k, v     %14.0f\n", proj);
     put(&t, "  scores q.k          %14.0f\n", scores);
-    put(&t, "  softmax             %14.0f exps\n", nb * H * sq_eff * Sk);
+    if (g.softcap > 0) put(&t, "  softcap             %14.0f tanh (cap %g)\n", nb * H * sq_eff * Sk, g.softcap);
+    if (g.alibi > 0) put(&t, "  alibi               %14.0f multiply-adds (max_bias %g)\n", nb * H * sq_eff * Sk, g.alibi);
+    put(&t, "  softmax             %14.0f exps%s\n", nb * H * sq_eff * Sk, g.sinks ? " (and a sink per row)" : "");
     put(&t, "  weighted sum p.v    %14.0f\n", wsum);
     if (g.gated) put(&t, "  gate                %14.0f\n", gate);
     if (!g.core) put(&t, "  output projection   %14.0f\n", outp);

@@ -496,6 +496,19 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   lua_getfield(L, sp, "scale");
   g->scale = lua_tonumber(L, -1);
   lua_pop(L, 1);
+  lua_getfield(L, sp, "softcap"); /* false when off */
+  g->softcap = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
+  lua_pop(L, 1);
+  lua_getfield(L, sp, "alibi");
+  g->alibi = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
+  lua_pop(L, 1);
+  g->sinks = (int)int_field(L, sp, "sinks");
+  lua_getfield(L, t, "lse");
+  if (lua_istable(L, -1)) {
+    g->has_lse = 1;
+    read_shape(L, g, &g->lse);
+  }
+  lua_pop(L, 1);
   lua_getfield(L, sp, "window");
   if (lua_istable(L, -1)) {
     g->has_window = 1;

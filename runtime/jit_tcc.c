@@ -114,6 +114,10 @@ attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fns *f
   tcc_add_symbol(s, "free", (const void *)free);
   tcc_add_symbol(s, "exp", (const void *)exp);
   tcc_add_symbol(s, "expf", (const void *)expf);
+  tcc_add_symbol(s, "log", (const void *)log);
+  tcc_add_symbol(s, "logf", (const void *)logf);
+  tcc_add_symbol(s, "tanh", (const void *)tanh);
+  tcc_add_symbol(s, "tanhf", (const void *)tanhf);
   tcc_add_symbol(s, "memset", (const void *)memset);
   tcc_add_symbol(s, "memcpy", (const void *)memcpy);
   tcc_add_symbol(s, "memmove", (const void *)memmove);

@@ -17,7 +17,7 @@
 /* The tensors a kernel may read, in slot order (the _SCALE slots: the F32
  * per-output-row scales of int8 weights, weights=int8). */
 #define ATTNC_SLOT_LIST(ENTRY) \
-  ENTRY(X, x) ENTRY(KV, kv) ENTRY(BIAS, bias) ENTRY(MASK, mask) ENTRY(Q, q) ENTRY(K, k) ENTRY(V, v) \
+  ENTRY(X, x) ENTRY(KV, kv) ENTRY(BIAS, bias) ENTRY(MASK, mask) ENTRY(Q, q) ENTRY(K, k) ENTRY(V, v) ENTRY(SINKS, sinks) \
   ENTRY(WQ, wq) ENTRY(BQ, bq) ENTRY(WK, wk) ENTRY(BK, bk) ENTRY(WV, wv) ENTRY(BV, bv) \
   ENTRY(WG, wg) ENTRY(BG, bg) ENTRY(WO, wo) ENTRY(BO, bo) \
   ENTRY(WQ_SCALE, wq_scale) ENTRY(WK_SCALE, wk_scale) ENTRY(WV_SCALE, wv_scale) ENTRY(WG_SCALE, wg_scale) \
@@ -55,6 +55,14 @@ typedef struct attnc_tile {
   int empty_rows;       /* enum attnc_empty_rows (uniform: the mean of v over all nk keys) */
   float *m_out, *l_out; /* non-NULL: write unnormalised o with row max m and sum l (a key split) */
   float *work;          /* attend_work(rows, c) floats, 64-byte aligned */
+  /* score modifiers and the lse output (the C loops take them; a spec
+   * that has any runs its attention without the attend primitive) */
+  float softcap;        /* > 0: s = softcap * tanh(s / softcap), after the scale */
+  const float *slope;   /* ALiBi: head hh adds slope[hh] * (j - (i + pos_off)); or NULL */
+  long pos_off;         /* query position i + pos_off, key position j */
+  const float *sink;    /* sinks: head hh's sink logit at sink[hh]; or NULL */
+  float *lse;           /* row r's log-sum-exp at lse[hh * lse_h + r / q_group]; or NULL */
+  long lse_h;
 } attnc_tile;
 
 /* Vectorised routines compiled with the library (run-time CPU dispatch). */
@@ -86,5 +94,6 @@ typedef struct attnc_args {
   const float *packed[ATTNC_SLOT_COUNT];/* weights packed for prims->linear, or NULL */
   void *scratch;                        /* NAME_scratch_bytes(args, nthreads) bytes (the kernel aligns it) */
   long nthreads;                        /* per-thread scratch regions in scratch (at least 1) */
+  float *lse;                           /* spec key lse: (batch axes..., H, Sq) F32, else unused */
 } attnc_args;
 #endif

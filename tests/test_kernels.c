@@ -343,6 +343,17 @@ static void test_kernels_fast_form_decides(void **s)
     { "alphafold x=1,S,64 heads=2 head_dim=16 bias=2,S,S", "transpose_bias", 0 }, /* one element: no transposed copy */
     { "mha mode=core q=B,S,4,16 layout=bshc", "sc->k_t", 1 },              /* bshc: k and v copied head by head */
     { "mha mode=core q=1,1,32,16 kv=1,S,8,16 layout=bshc", "k_t", 0 },     /* a decoding step reads them as they are */
+    /* score modifiers and lse: attention in the C loops, projections on the primitives */
+    { "mha x=B,S,64 heads=4 softcap=30", "P->attend", 0 },
+    { "mha x=B,S,64 heads=4 softcap=30", "P->linear", 1 },
+    { "mha x=B,S,64 heads=4 softcap=30", "tanhf(", 1 },
+    { "mha x=B,S,64 heads=4", "tanhf(", 0 },
+    { "mha x=B,S,64 heads=4 alibi", "t->slope[hh]", 1 },
+    { "mha x=B,S,64 heads=4", "t->slope[", 0 },
+    { "mha mode=core q=B,4,S,16 sinks", "t->sink[hh]", 1 },
+    { "mha mode=core q=B,4,S,16", "t->sink[", 0 },
+    { "mha mode=core q=B,4,S,16 lse", "t->lse[", 1 },
+    { "mha mode=core q=B,4,S,16", "t->lse[", 0 },
     { "mha mode=core q=B,4,S,16", "k_t", 0 },
   };
   size_t i;
@@ -533,6 +544,50 @@ static void sweep_plain_form(attnc_backend be)
 static void test_kernels_plain_form_tcc(void **s) { (void)s; sweep_plain_form(ATTNC_BACKEND_TCC); }
 static void test_kernels_plain_form_cc(void **s) { (void)s; sweep_plain_form(ATTNC_BACKEND_CC); }
 
+/* Score modifiers (softcap, alibi, sinks) and the lse output, alone and
+ * together, with masks, GQA, cross-attention, core mode in both layouts,
+ * global attention, f64 and bf16, at lengths 1, 7, 33 and 257; lse is
+ * compared too (-inf where a row sees no key). */
+static void sweep_modifiers(attnc_backend be)
+{
+  static const char *const specs[] = {
+    "mha x=B,S,16 heads=2 softcap=2.5",
+    "gqa x=B,S,24 heads=4 kv_heads=2 alibi causal",
+    "mha x=B,S,24 heads=6 alibi=4 lse", /* 6 heads: slopes past the power of two */
+    "mha x=B,S,16 heads=2 sinks mask=key",
+    "mha x=B,S,16 heads=2 lse mask=key window=2,1",
+    "mha x=B,S,16 heads=2 lse mask=key empty_rows=nan",
+    "mha x=B,S,16 kv=B,T,8 heads=2 alibi=4 lse causal=bottom_right",
+    "mha mode=core q=B,4,S,8 kv=B,2,T,8 softcap=1.5 alibi sinks lse causal=bottom_right",
+    "mha mode=core q=B,S,4,8 layout=bshc alibi lse sinks",
+    "mha mode=core q=B,8,1,16 kv=B,2,T,16 alibi sinks lse mask=key",
+    "alphafold x=2,S,12 heads=3 head_dim=4 gated bias=3,S,S mask=key softcap=3 sinks lse",
+    "alphafold x=3,S,12 heads=2 head_dim=4 global mask=key lse sinks",
+    "mqa x=B,S,32 heads=4 alibi sinks lse softcap=20 dtype=f64",
+    "gqa x=B,S,32 heads=4 kv_heads=2 alibi sinks lse softcap=20 causal dtype=bf16",
+  };
+  static const int64_t lens[] = { 1, 7, 33, 257 };
+  struct sweep sw = { 0, 0 };
+  size_t i, l;
+  for (i = 0; i < sizeof specs / sizeof specs[0]; i++)
+    for (l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      if (lens[l] == 257 && i % 3 != 0) continue; /* the long length on a third of them */
+      one(&sw, be, specs[i], lens[l], 0, 0.6, i * 4 + l);
+    }
+  report("modifiers", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+static void test_kernels_modifiers_tcc(void **s) { (void)s; sweep_modifiers(ATTNC_BACKEND_TCC); }
+static void test_kernels_modifiers_cc(void **s) { (void)s; sweep_modifiers(ATTNC_BACKEND_CC); }
+static void test_kernels_modifiers_plain(void **s)
+{
+  (void)s;
+  form = ATTNC_FORM_PLAIN;
+  sweep_modifiers(ATTNC_BACKEND_TCC);
+  sweep_modifiers(ATTNC_BACKEND_CC);
+  form = ATTNC_FORM_FAST;
+}
+
 /* bf16 and f16 storage (the arithmetic in f32) through the same sweeps,
  * each against the reference on the same rounded tensors with DESIGN.md's
  * bounds for its dtype: the fast form with and without the primitives,
@@ -616,6 +671,8 @@ int main(void)
     cmocka_unit_test(test_kernels_f16_tcc), cmocka_unit_test(test_kernels_f16_cc),
     cmocka_unit_test(test_kernels_16_no_prims_tcc),
     cmocka_unit_test(test_kernels_int8_tcc), cmocka_unit_test(test_kernels_int8_cc),
+    cmocka_unit_test(test_kernels_modifiers_tcc), cmocka_unit_test(test_kernels_modifiers_cc),
+    cmocka_unit_test(test_kernels_modifiers_plain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

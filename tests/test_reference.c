@@ -513,6 +513,583 @@ static void test_reference_rejects_bad_problems(void **state)
   assert_int_equal(ref_attention(&p, &t, out), -1);
 }
 
+/* ---- positions and score modifiers -------------------------------------- */
+
+/* A row's final logits, read back from its weights and lse:
+ * s_j = log w_j + lse, since w_j = exp(s_j) / exp(lse). */
+static void logits_from(const double *w, double lse, long n, double *s)
+{
+  for (long j = 0; j < n; j++) s[j] = log(w[j]) + lse;
+}
+
+/* q (c features) as rope leaves it at position *pos (NULL: the default,
+ * 0 + Sk - Sq = c - 1): core mode, one head, scale 1, the c keys are the
+ * unit vectors held at position 0, so logit j is rotated q's feature j. */
+static void rope_of(int kind, long c, int r, double theta, const double *freqs,
+                    const double *q, const double *pos, double *got)
+{
+  long qs[] = { 1, 1, c }, kvs[] = { 1, c, c };
+  ref_problem p = core_problem(3, qs, kvs);
+  p.scale = 1.0;
+  p.rope = kind;
+  p.rope_dim = r;
+  p.rope_theta = theta;
+  p.has_k_pos = 1;
+  p.k_pos_rank = 1;
+  p.k_pos[0] = c;
+  p.has_q_pos = pos != NULL;
+  p.q_pos_rank = 1;
+  p.q_pos[0] = 1;
+  double k[64] = { 0 }, v[64] = { 0 }, k_pos[8] = { 0 }, out[8], w[8], lse;
+  for (long j = 0; j < c; j++) k[j * c + j] = 1.0;
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  t.q_pos = pos;
+  t.k_pos = k_pos;
+  t.rope_freqs = freqs;
+  t.weights = w;
+  t.lse = &lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  logits_from(w, lse, c, got);
+}
+
+/* theta = 16, r = 4, pos = 2: angles 2 * 16^0 = 2 and 2 * 16^(-1/2) = 0.5.
+ * neox turns the pairs (x0, x2) and (x1, x3). */
+static void test_reference_rope_neox_by_hand(void **state)
+{
+  (void)state;
+  const double q[] = { 1, 2, 3, 4 }, pos = 2;
+  double got[4];
+  rope_of(REF_ROPE_NEOX, 4, 0, 16.0, NULL, q, &pos, got);
+  assert_near(got[0], 1 * cos(2.0) - 3 * sin(2.0), TOL);
+  assert_near(got[2], 3 * cos(2.0) + 1 * sin(2.0), TOL);
+  assert_near(got[1], 2 * cos(0.5) - 4 * sin(0.5), TOL);
+  assert_near(got[3], 4 * cos(0.5) + 2 * sin(0.5), TOL);
+}
+
+/* The same angles; gptj turns the neighbours (x0, x1) and (x2, x3). */
+static void test_reference_rope_gptj_by_hand(void **state)
+{
+  (void)state;
+  const double q[] = { 1, 2, 3, 4 }, pos = 2;
+  double got[4];
+  rope_of(REF_ROPE_GPTJ, 4, 0, 16.0, NULL, q, &pos, got);
+  assert_near(got[0], 1 * cos(2.0) - 2 * sin(2.0), TOL);
+  assert_near(got[1], 2 * cos(2.0) + 1 * sin(2.0), TOL);
+  assert_near(got[2], 3 * cos(0.5) - 4 * sin(0.5), TOL);
+  assert_near(got[3], 4 * cos(0.5) + 3 * sin(0.5), TOL);
+}
+
+/* rope_dim 4 of head_dim 6: r, not c, sets the pairs and the angles, and
+ * features 4 and 5 pass through. */
+static void test_reference_rope_partial_dim(void **state)
+{
+  (void)state;
+  const double q[] = { 1, 2, 3, 4, 5, 6 }, pos = 2;
+  double got[6];
+  rope_of(REF_ROPE_NEOX, 6, 4, 16.0, NULL, q, &pos, got);
+  assert_near(got[0], 1 * cos(2.0) - 3 * sin(2.0), TOL);
+  assert_near(got[1], 2 * cos(0.5) - 4 * sin(0.5), TOL);
+  assert_near(got[2], 3 * cos(2.0) + 1 * sin(2.0), TOL);
+  assert_near(got[3], 4 * cos(0.5) + 2 * sin(0.5), TOL);
+  assert_near(got[4], 5, TOL);
+  assert_near(got[5], 6, TOL);
+  rope_of(REF_ROPE_GPTJ, 6, 4, 16.0, NULL, q, &pos, got);
+  assert_near(got[0], 1 * cos(2.0) - 2 * sin(2.0), TOL);
+  assert_near(got[3], 4 * cos(0.5) + 3 * sin(0.5), TOL);
+  assert_near(got[4], 5, TOL);
+  assert_near(got[5], 6, TOL);
+}
+
+/* f divides the angles: f = (2, 1/4) turns 2 and 0.5 into 1 and 2. */
+static void test_reference_rope_freqs(void **state)
+{
+  (void)state;
+  const double q[] = { 1, 2, 3, 4 }, pos = 2, f[] = { 2, 0.25 };
+  double got[4];
+  rope_of(REF_ROPE_GPTJ, 4, 0, 16.0, f, q, &pos, got);
+  assert_near(got[0], 1 * cos(1.0) - 2 * sin(1.0), TOL);
+  assert_near(got[1], 2 * cos(1.0) + 1 * sin(1.0), TOL);
+  assert_near(got[2], 3 * cos(2.0) - 4 * sin(2.0), TOL);
+  assert_near(got[3], 4 * cos(2.0) + 3 * sin(2.0), TOL);
+}
+
+/* theta 0 means 10000 (second angle pos / 100), and without q_pos the one
+ * query of core mode sits at 0 + Sk - Sq = 3. */
+static void test_reference_rope_defaults(void **state)
+{
+  (void)state;
+  const double q[] = { 1, 2, 3, 4 };
+  double got[4];
+  rope_of(REF_ROPE_GPTJ, 4, 0, 0.0, NULL, q, NULL, got);
+  assert_near(got[0], 1 * cos(3.0) - 2 * sin(3.0), TOL);
+  assert_near(got[1], 2 * cos(3.0) + 1 * sin(3.0), TOL);
+  assert_near(got[2], 3 * cos(0.03) - 4 * sin(0.03), TOL);
+  assert_near(got[3], 4 * cos(0.03) + 3 * sin(0.03), TOL);
+}
+
+/* k is turned too, at its own position: with q = k = (1, 0) at the default
+ * positions i and j (Sq = Sk), logit (i, j) = cos(j - i). */
+static void test_reference_rope_relative(void **state)
+{
+  (void)state;
+  long qs[] = { 1, 3, 2 }, kvs[] = { 1, 3, 2 };
+  ref_problem p = core_problem(3, qs, kvs);
+  p.scale = 1.0;
+  p.rope = REF_ROPE_NEOX;
+  double q[] = { 1, 0, 1, 0, 1, 0 }, v[6] = { 0 }, out[6], w[9], lse[3], s[3];
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = q;
+  t.v = v;
+  t.weights = w;
+  t.lse = lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  for (int i = 0; i < 3; i++) {
+    logits_from(w + 3 * i, lse[i], 3, s);
+    for (int j = 0; j < 3; j++) assert_near(s[j], cos((double)(j - i)), TOL);
+  }
+}
+
+/* Full mode: rope acts after the projection's bias.  x = 0, so q is its
+ * bias (1, 0); at q_pos 2 it becomes (cos 2, sin 2).  kv rows are the unit
+ * vectors at k_pos 0, read by an identity wk: logit j = rotated q's j. */
+static void test_reference_rope_after_bias(void **state)
+{
+  (void)state;
+  long xs[] = { 1, 2 };
+  ref_problem p = full_problem(2, xs, 0, 1, 1, 2);
+  p.kv[0] = 2;
+  p.scale = 1.0;
+  p.qkv_bias = 1;
+  p.rope = REF_ROPE_NEOX;
+  p.has_q_pos = p.has_k_pos = 1;
+  p.q_pos_rank = p.k_pos_rank = 1;
+  p.q_pos[0] = 1;
+  p.k_pos[0] = 2;
+  double x[] = { 0, 0 }, kv[] = { 1, 0, 0, 1 }, eye[] = { 1, 0, 0, 1 }, zero[] = { 0, 0 };
+  double bq[] = { 1, 0 }, q_pos[] = { 2 }, k_pos[] = { 0, 0 }, out[2], w[2], lse, s[2];
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.kv = kv;
+  t.wq = t.wk = t.wv = t.wo = eye;
+  t.bq = bq;
+  t.bk = t.bv = zero;
+  t.q_pos = q_pos;
+  t.k_pos = k_pos;
+  t.weights = w;
+  t.lse = &lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  logits_from(w, lse, 2, s);
+  assert_near(s[0], cos(2.0), TOL);
+  assert_near(s[1], sin(2.0), TOL);
+}
+
+/* Core mode, H heads, c = 1, q = k = 0: the logits are the alibi term
+ * alone.  The query sits at 0 + 2 - 1 = 1, the keys at 0 and 1, so key 0's
+ * logit is -slope[h] and key 1's is 0. */
+static void alibi_slopes(int H, double max_bias, double *slope)
+{
+  long qs[] = { H, 1, 1 }, kvs[] = { 1, 2, 1 };
+  ref_problem p = core_problem(3, qs, kvs);
+  p.alibi = max_bias;
+  double q[8] = { 0 }, k[2] = { 0 }, v[2] = { 0 }, out[8], w[16], lse[8], s[2];
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  t.weights = w;
+  t.lse = lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  for (int h = 0; h < H; h++) {
+    logits_from(w + 2 * h, lse[h], 2, s);
+    assert_near(s[1], 0.0, TOL);
+    slope[h] = -s[0];
+  }
+}
+
+/* H = 8, max_bias 8: n = 8, m0 = 1/2, slopes 1/2 .. 1/256. */
+static void test_reference_alibi_power_of_two(void **state)
+{
+  (void)state;
+  double slope[8];
+  alibi_slopes(8, 8.0, slope);
+  for (int h = 0; h < 8; h++) assert_near(slope[h], 1.0 / (double)(2 << h), TOL);
+}
+
+/* H = 6, max_bias 8: n = 4, m0 = 1/4 for heads 0..3; m1 = 1/2 and odd
+ * powers 1, 3 for heads 4, 5. */
+static void test_reference_alibi_not_power_of_two(void **state)
+{
+  (void)state;
+  const double want[] = { 1. / 4, 1. / 16, 1. / 64, 1. / 256, 1. / 2, 1. / 8 };
+  double slope[6];
+  alibi_slopes(6, 8.0, slope);
+  for (int h = 0; h < 6; h++) assert_near(slope[h], want[h], TOL);
+}
+
+/* Alibi reads positions: full-mode cross-attention starts x and kv at 0, so
+ * the query at 0 sees logits slope * (0, 1, 2).  H = 1, max_bias 1: slope
+ * 1/2.  (Core mode would put the query at 2; softmax alone cannot tell, lse
+ * can.) */
+static void test_reference_cross_attention_positions(void **state)
+{
+  (void)state;
+  long xs[] = { 1, 1 };
+  ref_problem p = full_problem(2, xs, 0, 1, 1, 1);
+  p.kv[0] = 3;
+  p.alibi = 1.0;
+  double x[] = { 1 }, kv[] = { 1, 1, 1 }, zero[] = { 0 }, one[] = { 1 };
+  double out[1], w[3], lse, s[3];
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.kv = kv;
+  t.wq = t.wk = zero;
+  t.wv = t.wo = one;
+  t.weights = w;
+  t.lse = &lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  logits_from(w, lse, 3, s);
+  for (int j = 0; j < 3; j++) assert_near(s[j], 0.5 * j, TOL);
+}
+
+/* q_pos (2, 1) per batch element and k_pos (2) shared, right-aligned like
+ * the mask, replace the defaults: logits 1/2 (k_pos - q_pos).  They never
+ * move causal, which keeps reading indices. */
+static void test_reference_explicit_positions(void **state)
+{
+  (void)state;
+  long qs[] = { 2, 1, 1, 1 }, kvs[] = { 2, 1, 2, 1 };
+  ref_problem p = core_problem(4, qs, kvs);
+  p.alibi = 1.0;
+  p.has_q_pos = p.has_k_pos = 1;
+  p.q_pos_rank = 2;
+  p.q_pos[0] = 2;
+  p.q_pos[1] = 1;
+  p.k_pos_rank = 1;
+  p.k_pos[0] = 2;
+  double q[2] = { 0 }, k[4] = { 0 }, v[4] = { 0 }, out[2], w[4], lse[2], s[2];
+  double q_pos[] = { 5, 7 }, k_pos[] = { 1, 4 };
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  t.q_pos = q_pos;
+  t.k_pos = k_pos;
+  t.weights = w;
+  t.lse = lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  logits_from(w, lse[0], 2, s);
+  assert_near(s[0], -2.0, TOL);
+  assert_near(s[1], -0.5, TOL);
+  logits_from(w + 2, lse[1], 2, s);
+  assert_near(s[0], -3.0, TOL);
+  assert_near(s[1], -1.5, TOL);
+
+  /* A q_pos batch dim of 1 broadcasts; one of 3 fits no batch axis. */
+  p.q_pos[0] = 1;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  logits_from(w + 2, lse[1], 2, s);
+  assert_near(s[0], -2.0, TOL);
+  p.q_pos[0] = 3;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.q_pos[0] = 2;
+  p.k_pos[0] = 3;   /* k_pos must cover exactly Sk keys */
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+
+  /* causal top_left with both queries placed at position 0: row 1 still
+   * sees keys 0 and 1, by index */
+  long q2[] = { 1, 2, 1 }, kv2[] = { 1, 2, 1 };
+  ref_problem c = core_problem(3, q2, kv2);
+  c.causal = REF_CAUSAL_TOP_LEFT;
+  c.alibi = 1.0;
+  c.has_q_pos = 1;
+  c.q_pos_rank = 1;
+  c.q_pos[0] = 2;
+  double zq[2] = { 0, 0 }, w2[4];
+  t = no_tensors();
+  t.q = t.k = t.v = zq;
+  t.q_pos = zq;
+  t.weights = w2;
+  assert_int_equal(ref_attention(&c, &t, out), 0);
+  assert_near(w2[0], 1.0, TOL);
+  assert_near(w2[1], 0.0, TOL);
+  assert_true(w2[2] > 0.0 && w2[3] > 0.0);
+}
+
+/* softcap acts on the scaled logits, before the bias: scale 1/2, cap 2,
+ * q.k = (3, -5), bias (10, 0): logits 2 tanh(0.75) + 10 and 2 tanh(-1.25). */
+static void test_reference_softcap(void **state)
+{
+  (void)state;
+  long qs[] = { 1, 1, 1 }, kvs[] = { 1, 2, 1 };
+  ref_problem p = core_problem(3, qs, kvs);
+  p.scale = 0.5;
+  p.softcap = 2.0;
+  p.has_bias = 1;
+  p.bias_rank = 3;
+  p.bias[0] = 1;
+  p.bias[1] = 1;
+  p.bias[2] = 2;
+  double q[] = { 1 }, k[] = { 3, -5 }, v[] = { 0, 0 }, bias[] = { 10, 0 };
+  double out[1], w[2], lse, s[2];
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  t.bias = bias;
+  t.weights = w;
+  t.lse = &lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  logits_from(w, lse, 2, s);
+  assert_near(s[0], 2.0 * tanh(0.75) + 10.0, TOL);
+  assert_near(s[1], 2.0 * tanh(-1.25), TOL);
+}
+
+/* Two heads over two keys of logit 0 and v = (4, 8).  Head 0's sink is
+ * ln 2: the denominator is 2 + 1 + 1, each key gets 1/4, o = 3, lse = ln 4.
+ * Head 1's sink is 0: 1/3 each, o = 4, lse = ln 3. */
+static void test_reference_sinks(void **state)
+{
+  (void)state;
+  long qs[] = { 2, 1, 1 }, kvs[] = { 1, 2, 1 };
+  ref_problem p = core_problem(3, qs, kvs);
+  p.sinks = 1;
+  double q[] = { 0, 0 }, k[] = { 0, 0 }, v[] = { 4, 8 }, sinks[] = { LN2, 0 };
+  double out[2], w[4], lse[2];
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  t.sinks = sinks;
+  t.weights = w;
+  t.lse = lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  assert_near(w[0], 0.25, TOL);
+  assert_near(w[1], 0.25, TOL);
+  assert_near(out[0], 3.0, TOL);
+  assert_near(lse[0], log(4.0), TOL);
+  assert_near(w[2], 1.0 / 3.0, TOL);
+  assert_near(out[1], 4.0, TOL);
+  assert_near(lse[1], log(3.0), TOL);
+
+  /* A sink far above the keys takes all the mass without overflowing. */
+  sinks[0] = 1000.0;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  assert_near(out[0], 0.0, TOL);
+  assert_near(lse[0], 1000.0, TOL);
+
+  /* A row that sees no key: all mass on the sink, o = 0, weights 0,
+   * lse = the sink, however far below 0 it is. */
+  sinks[0] = 0.5;
+  sinks[1] = -1000.0;
+  double mask[] = { 0, 0 };
+  p.has_mask = 1;
+  p.mask_rank = 1;
+  p.mask[0] = 2;
+  t.mask = mask;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  assert_true(out[0] == 0.0 && out[1] == 0.0);
+  for (int e = 0; e < 4; e++) assert_true(w[e] == 0.0);
+  assert_near(lse[0], 0.5, TOL);
+  assert_near(lse[1], -1000.0, TOL);
+
+  /* Sinks need empty_rows zero, and their tensor. */
+  p.empty_rows = REF_EMPTY_UNIFORM;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.empty_rows = REF_EMPTY_ZERO;
+  t.sinks = NULL;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+}
+
+/* lse is the log of the softmax denominator over the final logits: scale
+ * ln 2 and q.k = (0, 1, 2) give exp-logits 1, 2, 4, so lse = ln 7; with a
+ * bias of ln 3 on every key, ln 21.  A row that sees no key gets -inf. */
+static void test_reference_lse(void **state)
+{
+  (void)state;
+  long qs[] = { 1, 2, 1 }, kvs[] = { 1, 3, 1 };
+  ref_problem p = core_problem(3, qs, kvs);
+  p.scale = LN2;
+  p.causal = REF_CAUSAL_BOTTOM_RIGHT;   /* row 1 sees all 3 keys */
+  double q[] = { 1, 1 }, k[] = { 0, 1, 2 }, v[] = { 0, 0, 0 }, out[2], lse[2];
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  t.lse = lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  assert_near(lse[1], log(7.0), TOL);
+  assert_near(lse[0], log(3.0), TOL);   /* row 0 sees keys 0, 1: 1 + 2 */
+
+  double bias[] = { log(3.0) };
+  p.has_bias = 1;
+  p.bias_rank = 3;
+  p.bias[0] = p.bias[1] = p.bias[2] = 1;
+  t.bias = bias;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  assert_near(lse[1], log(21.0), TOL);
+
+  /* Sq = 3 over Sk = 2, bottom_right: row 0 sees no key, in every mode */
+  long q3[] = { 1, 3, 1 }, kv2[] = { 1, 2, 1 };
+  ref_problem e = core_problem(3, q3, kv2);
+  e.causal = REF_CAUSAL_BOTTOM_RIGHT;
+  double q1[] = { 1, 1, 1 }, lse3[3], out3[3];
+  t = no_tensors();
+  t.q = q1;
+  t.k = k;
+  t.v = v;
+  t.lse = lse3;
+  for (int mode = REF_EMPTY_ZERO; mode <= REF_EMPTY_NAN; mode++) {
+    e.empty_rows = mode;
+    assert_int_equal(ref_attention(&e, &t, out3), 0);
+    assert_true(isinf(lse3[0]) && lse3[0] < 0);
+    assert_true(isfinite(lse3[1]) && isfinite(lse3[2]));
+  }
+}
+
+/* lse has one value per logit row: (batch axes..., H, Sq), Sq = 1 for global. */
+static void test_reference_lse_shape(void **state)
+{
+  (void)state;
+  long xs[] = { 2, 5, 4 };
+  ref_problem p = full_problem(3, xs, 1, 2, 2, 2);
+  int rank = 0;
+  long shape[REF_MAX_RANK];
+  assert_int_equal(ref_lse_shape(&p, &rank, shape), 2 * 2 * 5);
+  assert_int_equal(rank, 3);
+  assert_int_equal(shape[0], 2);
+  assert_int_equal(shape[1], 2);
+  assert_int_equal(shape[2], 5);
+  p.global = 1;
+  assert_int_equal(ref_lse_shape(&p, &rank, shape), 2 * 2 * 1);
+  assert_int_equal(shape[2], 1);
+  assert_int_equal(ref_weights_shape(&p, &rank, shape), 2 * 2 * 1 * 5);
+  assert_int_equal(rank, 4);
+  assert_int_equal(shape[3], 5);
+}
+
+/* PE at position p for width 4: (sin p, cos p, sin(p/100), cos(p/100)). */
+static void sinusoid4(double p, double *pe)
+{
+  pe[0] = sin(p);
+  pe[1] = cos(p);
+  pe[2] = sin(p / 100.0);
+  pe[3] = cos(p / 100.0);
+}
+
+/* Cross-attention, width 4, identity projections, scale 1.  kv row j holds
+ * e_j - PE(j), so with the encoding at key position j the key is e_j; the
+ * logits then spell out x + PE(3), the query at q_pos 3. */
+static void test_reference_pe_cross(void **state)
+{
+  (void)state;
+  long xs[] = { 1, 4 };
+  ref_problem p = full_problem(2, xs, 0, 1, 1, 4);
+  p.kv[0] = 4;
+  p.scale = 1.0;
+  p.pe = REF_PE_SINUSOIDAL;
+  p.has_q_pos = 1;
+  p.q_pos_rank = 1;
+  p.q_pos[0] = 1;
+  double x[] = { 0.5, -1, 2, 0 }, kv[16], eye[16] = { 0 }, q_pos[] = { 3 };
+  double out[4], w[4], lse, s[4], pe[4];
+  for (int j = 0; j < 4; j++) {
+    eye[j * 4 + j] = 1.0;
+    sinusoid4(j, pe);
+    for (int e = 0; e < 4; e++) kv[j * 4 + e] = (e == j) - pe[e];
+  }
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.kv = kv;
+  t.wq = t.wk = t.wv = t.wo = eye;
+  t.q_pos = q_pos;
+  t.weights = w;
+  t.lse = &lse;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  logits_from(w, lse, 4, s);
+  sinusoid4(3, pe);
+  for (int e = 0; e < 4; e++) assert_near(s[e], x[e] + pe[e], 1e-11);
+}
+
+/* Self-attention, width 2 (PE(p) = (sin p, cos p)), wq = wk = 0 so the
+ * weights are uniform, wv = wo = wg = 1: every row's o is the mean of
+ * x_j + PE(j), and the gate reads x_i + PE(i) as the q projection does. */
+static void test_reference_pe_self(void **state)
+{
+  (void)state;
+  long xs[] = { 2, 2 };
+  ref_problem p = full_problem(2, xs, 0, 1, 1, 2);
+  p.pe = REF_PE_SINUSOIDAL;
+  p.gated = 1;
+  double x[] = { 1, 2, -3, 0.5 }, eye[] = { 1, 0, 0, 1 }, zero[] = { 0, 0, 0, 0 };
+  double out[4];
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.wq = t.wk = zero;
+  t.wv = t.wo = t.wg = eye;
+  t.bg = zero;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  double o[2] = { (x[0] + 0.0 + x[2] + sin(1.0)) / 2, (x[1] + 1.0 + x[3] + cos(1.0)) / 2 };
+  double xpe[4] = { x[0] + 0.0, x[1] + 1.0, x[2] + sin(1.0), x[3] + cos(1.0) };
+  for (int e = 0; e < 4; e++) assert_near(out[e], o[e % 2] / (1.0 + exp(-xpe[e])), TOL);
+}
+
+/* The combinations DESIGN makes spec errors, and out-of-range values. */
+static void test_reference_rejects_bad_modifiers(void **state)
+{
+  (void)state;
+  long xs[] = { 3, 4 }, cs[] = { 1, 3, 4 };
+  double x[12] = { 0 }, w[16] = { 0 }, out[12];
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.q = t.k = t.v = x;
+  t.wq = t.wk = t.wv = t.wo = w;
+
+  ref_problem p = full_problem(2, xs, 0, 1, 1, 4);
+  p.rope = REF_ROPE_NEOX;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  p.rope_dim = 3;                                    /* odd */
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.rope_dim = 6;                                    /* > head_dim */
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.rope_dim = 2;
+  p.rope_theta = 1.0;                                /* theta must exceed 1 */
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.rope_theta = 0.0;
+  p.global = 1;                                      /* rope with global */
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.rope = REF_ROPE_NONE;
+  p.alibi = 8.0;                                     /* alibi with global */
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.global = 0;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  p.alibi = -1.0;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.alibi = 0.0;
+  p.softcap = -1.0;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+
+  p = full_problem(2, xs, 0, 1, 1, 4);
+  p.pe = REF_PE_SINUSOIDAL;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  long odd[] = { 4, 3 };                             /* c_in = 3 */
+  p = full_problem(2, odd, 0, 1, 1, 3);
+  p.pe = REF_PE_SINUSOIDAL;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p = core_problem(3, cs, cs);                       /* pe in core mode */
+  p.pe = REF_PE_SINUSOIDAL;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+
+  p = full_problem(2, xs, 0, 1, 1, 4);               /* positions declared, no tensor */
+  p.has_q_pos = 1;
+  p.q_pos_rank = 1;
+  p.q_pos[0] = 3;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -530,6 +1107,24 @@ int main(void)
     cmocka_unit_test(test_reference_large_logits),
     cmocka_unit_test(test_reference_bias_mask_broadcast_rank4),
     cmocka_unit_test(test_reference_rejects_bad_problems),
+    cmocka_unit_test(test_reference_rope_neox_by_hand),
+    cmocka_unit_test(test_reference_rope_gptj_by_hand),
+    cmocka_unit_test(test_reference_rope_partial_dim),
+    cmocka_unit_test(test_reference_rope_freqs),
+    cmocka_unit_test(test_reference_rope_defaults),
+    cmocka_unit_test(test_reference_rope_relative),
+    cmocka_unit_test(test_reference_rope_after_bias),
+    cmocka_unit_test(test_reference_alibi_power_of_two),
+    cmocka_unit_test(test_reference_alibi_not_power_of_two),
+    cmocka_unit_test(test_reference_cross_attention_positions),
+    cmocka_unit_test(test_reference_explicit_positions),
+    cmocka_unit_test(test_reference_softcap),
+    cmocka_unit_test(test_reference_sinks),
+    cmocka_unit_test(test_reference_lse),
+    cmocka_unit_test(test_reference_lse_shape),
+    cmocka_unit_test(test_reference_pe_cross),
+    cmocka_unit_test(test_reference_pe_self),
+    cmocka_unit_test(test_reference_rejects_bad_modifiers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -465,6 +465,49 @@ static void test_runtime_int8_weights(void **state)
   attnc_release(k);
 }
 
+/* The lse output: its shape from attnc_output_info, bound with
+ * attnc_bind_output; a spec with lse refuses to run without it, with the
+ * wrong shape, and names the fix; a spec without it has no such output. */
+static void test_runtime_lse_output(void **state)
+{
+  float x[2 * 3 * 8] = { 0 }, out[2 * 3 * 8], lse[2 * 2 * 3], bad[12];
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha x=B,S,8 heads=2 qkv_bias=false out_bias=false lse", NULL, &e);
+  attnc_bindings *b = attnc_bindings_new(k);
+  attnc_tensor tx = t3(2, 3, 8, x), to = t3(2, 3, 8, out), tl, tb = t3(2, 3, 2, bad);
+  static const char *const w[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
+  int i;
+  (void)state;
+  assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+  for (i = 0; i < 4; i++) {
+    attnc_tensor tw = t2(8, 8, zeros);
+    assert_int_equal(attnc_bind(b, w[i], &tw, &e), ATTNC_OK);
+  }
+  assert_int_equal(attnc_output_info(b, "lse", &tl, &e), ATTNC_OK);
+  assert_int_equal(tl.dtype, ATTNC_F32);
+  assert_int_equal(tl.rank, 3);
+  assert_true(tl.shape[0] == 2 && tl.shape[1] == 2 && tl.shape[2] == 3);
+  assert_int_equal(attnc_run(b, &to, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "attnc_bind_output"));
+  assert_int_equal(attnc_bind_output(b, "lse", &tb, &e), ATTNC_OK);
+  assert_int_equal(attnc_run(b, &to, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "output lse axis 1 is 3 but must be 2"));
+  tl.data = lse;
+  assert_int_equal(attnc_bind_output(b, "lse", &tl, &e), ATTNC_OK);
+  assert_int_equal(attnc_run(b, &to, &e), ATTNC_OK);
+  for (i = 0; i < 12; i++) /* zero weights: every logit 0, so lse = log(3 keys) */
+    assert_true(fabsf(lse[i] - logf(3.0f)) < 1e-6f);
+  assert_int_equal(attnc_bind_output(b, "attn", &tl, &e), ATTNC_EARG);
+  attnc_bindings_free(b);
+  attnc_release(k);
+  k = attnc_compile("mha x=B,S,8 heads=2", NULL, &e);
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind_output(b, "lse", &tl, &e), ATTNC_EARG);
+  assert_non_null(strstr(e.message, "add the key lse"));
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
 /* Inputs bound in another dtype are converted on every run (their data
  * may change between runs), and F64 data meets an f32 kernel rounded once,
  * as the caller's own cast to float would round it. */
@@ -704,6 +747,7 @@ int main(void)
     cmocka_unit_test(test_runtime_converted_inputs_follow_data),
     cmocka_unit_test(test_runtime_rounds_to_16_bits),
     cmocka_unit_test(test_runtime_int8_weights),
+    cmocka_unit_test(test_runtime_lse_output),
     cmocka_unit_test(test_runtime_rebind_repacks),
     cmocka_unit_test(test_runtime_safetensors_prefix),
     cmocka_unit_test(test_runtime_dump_dir),

@@ -679,6 +679,36 @@ static void test_spec_key_dtype_weights(void **state)
   expect_err_named("mha mode=core q=B,4,S,16 weights=int8", NULL, 1, 26, "'weights' does not apply in mode=core");
 }
 
+/* softcap, alibi (a flag meaning 8, or a max_bias), sinks and lse: written
+ * in the canonical form only when set; nonsense is an error with a fix. */
+static void test_spec_key_modifiers(void **state)
+{
+  char c[CANON_MAX], d[CANON_MAX];
+  (void)state;
+  canon("mha x=B,S,64 heads=4 softcap=30 alibi sinks lse", c);
+  assert_word(c, "softcap=30.0");
+  assert_word(c, "alibi=8.0");
+  assert_word(c, "sinks=true");
+  assert_word(c, "lse=true");
+  canon("lse mha sinks=true heads=4 alibi=8 x=B,S,64 softcap=30.0", d);
+  assert_string_equal(c, d);
+  canon("mha x=B,S,64 heads=4 alibi=0.5 softcap=0.125", c);
+  assert_word(c, "alibi=0.5");
+  assert_word(c, "softcap=0.125");
+  canon("mha x=B,S,64 heads=4 sinks=false lse=false", c);
+  assert_false(has_key(c, "sinks"));
+  assert_false(has_key(c, "lse"));
+  assert_false(has_key(c, "softcap"));
+  assert_false(has_key(c, "alibi"));
+  canon("mha mode=core q=B,4,S,16 alibi lse", c);
+  assert_word(c, "alibi=8.0");
+  expect_err_named("mha x=B,S,64 heads=4 softcap=0", NULL, 1, 30, "softcap must be a positive number");
+  expect_err_named("mha x=B,S,64 heads=4 alibi=-2", NULL, 1, 28, "alibi must be a positive max_bias");
+  expect_err_named("mha x=B,S,64 heads=4 sinks empty_rows=uniform", NULL, 1, 22, "sinks with empty_rows=uniform");
+  expect_err_named("alphafold x=B,S,64 heads=4 global alibi", NULL, 1, 35, "alibi does not apply to global attention");
+  expect_err_named("mha x=B,S,64 heads=4 softcap=big", NULL, 1, 30, "softcap must be a decimal number");
+}
+
 static void test_spec_key_mode_core(void **state)
 {
   char c[CANON_MAX];
@@ -1897,6 +1927,7 @@ int main(void)
     cmocka_unit_test(test_spec_key_empty_rows),
     cmocka_unit_test(test_spec_key_layout),
     cmocka_unit_test(test_spec_key_dtype_weights),
+    cmocka_unit_test(test_spec_key_modifiers),
     cmocka_unit_test(test_spec_key_mode_core),
     cmocka_unit_test(test_spec_key_dtype),
     cmocka_unit_test(test_spec_key_name),
