@@ -137,6 +137,10 @@ static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, r
   p->has_window = g->has_window; p->wl = (long)g->window_l; p->wr = (long)g->window_r;
   p->scale = g->scale;
   p->softcap = g->softcap;
+  p->rope = g->rope == 1 ? REF_ROPE_NEOX : g->rope == 2 ? REF_ROPE_GPTJ : REF_ROPE_NONE;
+  p->rope_dim = g->rope_dim;
+  p->rope_theta = g->rope_theta;
+  rt->rope_freqs = bufs[ATTNC_SLOT_ROPE_FREQS].ref; /* NULL when not bound: all 1 */
   p->alibi = g->alibi;
   if (g->sinks) {
     p->sinks = 1;
@@ -196,6 +200,7 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
     int rank = sh->rank, first = 0;
     double amp = 1, keep = 0;
     if (!g->used[slot]) continue;
+    if (g->optional[slot] && o->seed % 2 == 0) continue; /* half the seeds leave an optional input out */
     if (slot == ATTNC_SLOT_MASK) {
       keep = o->mask_keep > 0 ? o->mask_keep : 0.8;
       if (o->mask_rank > 0 && o->mask_rank < rank) { first = rank - o->mask_rank; rank = o->mask_rank; }
@@ -221,6 +226,12 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
       checker_inputs_free(in);
       return NULL;
     }
+    if (slot == ATTNC_SLOT_ROPE_FREQS) /* frequency factors between 1 and 8, as Llama 3's scaling has */
+      for (size_t e = 0; e < (size_t)shape[0]; e++) {
+        const float f = (float)(4.5 + 3.5 * in->bufs[slot].ref[e]);
+        ((float *)in->bufs[slot].t.data)[e] = f;
+        in->bufs[slot].ref[e] = f;
+      }
     if (slot >= ATTNC_SLOT_WQ_SCALE) { /* positive scales; the reference's weight is q * scale */
       struct buf *sb = &in->bufs[slot], *mb = &in->bufs[matrix_of(slot)];
       const size_t cols = (size_t)mb->t.shape[1];

@@ -57,7 +57,7 @@ function M.widened(p)
     local kind
     if t.role == "matrix" then
       if p.weights ~= compute then kind = p.weights end
-    elseif t.role ~= "scale" then
+    elseif t.role ~= "scale" and t.role ~= "optional" then
       kind = p.store
     end
     if kind then

@@ -76,6 +76,8 @@ function M.plan(s, version)
     scale = require("spec").fmt_float(s.scale),
     softcap = s.softcap and require("spec").fmt_decimal(s.softcap) or false,
     sinks = s.sinks or false, lse = s.lse or false,
+    rope = (s.rope and s.rope ~= "none") and s.rope or false,
+    rope_dim = s.rope_dim, rope_theta = s.rope_theta and sformat("%.17g", s.rope_theta) or nil,
   }
   -- ALiBi slopes (DESIGN.md): n = the largest power of two <= H,
   -- m0 = 2^(-max_bias/n), m1 = 2^(-max_bias/(2n)); head h < n: m0^(h+1), else m1^(2(h-n)+1)
@@ -172,6 +174,8 @@ function M.plan(s, version)
   end
   if s.bias then input("bias", s.bias, "input") end
   if s.sinks then input("sinks", { s.heads }, "input") end
+  -- RoPE's frequency factors (Llama 3): optional, all 1 when not bound
+  if p.rope then input("rope_freqs", { s.rope_dim // 2 }, "optional") end
   sig.mask = p.has_mask and { batch = batch, Sk = s.Sk } or nil
   -- the lse output: (batch axes..., H, Sq), Sq = 1 for global attention
   if s.lse then
@@ -206,16 +210,18 @@ function M.schedule(p)
   -- a short query against many keys (decoding): split the keys, then combine
   k.split = k.attend and not p.global and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
   -- whole batch elements, or one kv head of one, per attend item, projections included
-  local whole = k.attend and not p.core and not p.global
+  -- RoPE rotates q and k in a phase of its own, in row-major scratch:
+  -- no path that projects inside the attend items, nor head-major k
+  local whole = k.attend and not p.core and not p.global and not p.rope
   k.fuse = whole and (not nb or nb >= 4)
     and (not (sq and sk) or 2 * round_up(sq * p.HC) + 2 * round_up(sk * p.GC) <= (1 << 19))
   -- k and v projected head-major: the heads start on the packed weights' 32-wide panels
   k.hm = k.prims and not p.core and p.C % 32 == 0
-  k.kv_hm = k.hm and tostring(p.kv_step) == "1"
+  k.kv_hm = k.hm and tostring(p.kv_step) == "1" and not p.rope
   k.by_head = whole and k.hm and (not nb or nb * p.G >= 2)
   -- layout bshc: k and v copied head by head into contiguous blocks, when
   -- enough query rows (more than one tile's worth per kv head) reuse each key
-  k.kv_t = k.attend and p.core and p.spec.layout == "bshc" and (not sq or sq * p.HPG > 16)
+  k.kv_t = k.attend and p.core and not p.rope and p.spec.layout == "bshc" and (not sq or sq * p.HPG > 16)
   -- a bias shared by every batch element, transposed once per run
   local shared = true
   for _, ax in ipairs(p.batch) do

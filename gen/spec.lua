@@ -34,6 +34,7 @@ local KEYS = {
   bias = "shape", mask = "enum", causal = "enum", window = "pair", scale = "float",
   empty_rows = "enum", mode = "enum", dtype = "enum", name = "ident", layout = "enum",
   weights = "enum", softcap = "float", alibi = "float", sinks = "bool", lse = "bool",
+  rope = "enum", rope_dim = "int", rope_theta = "float",
 }
 local ENUMS = {
   preset = { "alphafold", "mha", "mqa", "gqa" },
@@ -45,13 +46,14 @@ local ENUMS = {
   layout = { "bhsc", "bshc" },
   dtype = { "f32", "f64", "bf16", "f16" },
   weights = { "int8", "f32", "f64", "bf16", "f16" },
+  rope = { "neox", "gptj", "none" },
 }
 local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias = "true", out_bias = "true",
   alibi = "8", sinks = "true", lse = "true" }
 local KEY_ORDER = {
   "preset", "mode", "x", "kv", "q", "layout", "attn_dim", "heads", "kv_heads", "head_dim", "qkv_bias",
   "out_bias", "gated", "global", "global_mean", "bias", "mask", "causal", "window", "scale",
-  "empty_rows", "softcap", "alibi", "sinks", "lse", "dtype", "weights", "name",
+  "empty_rows", "rope", "rope_dim", "rope_theta", "softcap", "alibi", "sinks", "lse", "dtype", "weights", "name",
 }
 M.KEY_ORDER = KEY_ORDER
 
@@ -510,6 +512,22 @@ function M.parse(text)
     fail(raw.sinks.keypos, "sinks with empty_rows=%s: a row that sees no key puts its mass on the sink (output 0); drop empty_rows", s.empty_rows)
   end
   s.lse = get("lse", false)
+  -- rotary embedding of q and k (before the scale)
+  s.rope = get("rope", "none")
+  if s.rope == "none" then
+    forbid("rope_dim", "needs rope=neox or rope=gptj")
+    forbid("rope_theta", "needs rope=neox or rope=gptj")
+  else
+    if s.mode == "full" and s.global then
+      fail(raw.rope.keypos, "rope does not apply to global attention: its one averaged query has no position")
+    end
+    s.rope_dim = get("rope_dim", s.head_dim)
+    if s.rope_dim < 2 or s.rope_dim % 2 ~= 0 or s.rope_dim > s.head_dim then
+      fail(pos("rope_dim"), "rope_dim=%d must be even, at least 2 and at most head_dim=%d (the rotated features come in pairs)", s.rope_dim, s.head_dim)
+    end
+    s.rope_theta = get("rope_theta", 10000.0)
+    if not (s.rope_theta > 1) then fail(pos("rope_theta"), "rope_theta must be greater than 1 (the angle base), got %g", s.rope_theta) end
+  end
 
   if raw.name then
     s.name = raw.name.value
@@ -616,6 +634,11 @@ function M.canonical(s, noname)
   add("scale", fmt_float(s.scale))
   add("empty_rows", s.empty_rows)
   -- v2 keys: written only when set, so v1 canonical strings keep their form
+  if s.rope and s.rope ~= "none" then
+    add("rope", s.rope)
+    if s.rope_dim ~= s.head_dim then add("rope_dim", tostring(s.rope_dim)) end
+    if s.rope_theta ~= 10000 then add("rope_theta", fmt_decimal(s.rope_theta)) end
+  end
   if s.softcap then add("softcap", fmt_decimal(s.softcap)) end
   if s.alibi then add("alibi", fmt_decimal(s.alibi)) end
   if s.sinks then add("sinks", "true") end

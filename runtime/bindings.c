@@ -10,6 +10,7 @@
 static const struct { const char *name; int slot; } NAMES[] = {
   { "x", ATTNC_SLOT_X }, { "kv", ATTNC_SLOT_KV }, { "bias", ATTNC_SLOT_BIAS }, { "mask", ATTNC_SLOT_MASK },
   { "q", ATTNC_SLOT_Q }, { "k", ATTNC_SLOT_K }, { "v", ATTNC_SLOT_V }, { "sinks", ATTNC_SLOT_SINKS },
+  { "rope_freqs", ATTNC_SLOT_ROPE_FREQS },
   { "linear_q.weight", ATTNC_SLOT_WQ }, { "linear_q.bias", ATTNC_SLOT_BQ },
   { "linear_k.weight", ATTNC_SLOT_WK }, { "linear_k.bias", ATTNC_SLOT_BK },
   { "linear_v.weight", ATTNC_SLOT_WV }, { "linear_v.bias", ATTNC_SLOT_BV },
@@ -512,7 +513,7 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   attnc_status s;
   int slot, i, d;
   static const int order[] = {
-    ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V, ATTNC_SLOT_BIAS, ATTNC_SLOT_SINKS,
+    ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V, ATTNC_SLOT_BIAS, ATTNC_SLOT_SINKS, ATTNC_SLOT_ROPE_FREQS,
     ATTNC_SLOT_WQ, ATTNC_SLOT_BQ, ATTNC_SLOT_WK, ATTNC_SLOT_BK, ATTNC_SLOT_WV, ATTNC_SLOT_BV,
     ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO, ATTNC_SLOT_WQ_SCALE, ATTNC_SLOT_WK_SCALE,
     ATTNC_SLOT_WV_SCALE, ATTNC_SLOT_WG_SCALE, ATTNC_SLOT_WO_SCALE
@@ -527,7 +528,7 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   if (s != ATTNC_OK) return s;
   for (i = 0; i < (int)(sizeof order / sizeof order[0]); i++) {
     slot = order[i];
-    if (!g->used[slot]) continue;
+    if (!g->used[slot] || (g->optional[slot] && !b->from[slot])) continue;
     if (!b->from[slot])
       return attnc_err_set(err, ATTNC_EMISSING, "missing tensor '%s' (bind it as %s)", attnc_slot_name(slot), slot_aliases(slot));
     s = check_shape(b, b->from[slot], &b->t[slot], &g->shape[slot], err);

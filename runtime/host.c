@@ -391,7 +391,7 @@ attnc_dtype attnc_slot_dtype(const attnc_gen *g, int slot)
 {
   if (slot == ATTNC_SLOT_MASK) return ATTNC_U8;
   if (attnc_slot_is_matrix(slot)) return g->wdtype;
-  if (slot >= ATTNC_SLOT_WQ_SCALE) return ATTNC_F32;
+  if (slot >= ATTNC_SLOT_WQ_SCALE || slot == ATTNC_SLOT_ROPE_FREQS) return ATTNC_F32;
   return g->dtype;
 }
 
@@ -443,6 +443,7 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
       if (strcmp(SLOT_KEYS[slot], s) == 0) break;
     if (slot < ATTNC_SLOT_COUNT) {
       g->used[slot] = 1;
+      g->optional[slot] = strcmp(str_field(L, -1, "role"), "optional") == 0;
       lua_getfield(L, -1, "shape");
       read_shape(L, g, &g->shape[slot]);
       lua_pop(L, 1);
@@ -503,6 +504,12 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   g->alibi = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
   lua_pop(L, 1);
   g->sinks = (int)int_field(L, sp, "sinks");
+  s = str_field(L, sp, "rope");
+  g->rope = strcmp(s, "neox") == 0 ? 1 : strcmp(s, "gptj") == 0 ? 2 : 0;
+  g->rope_dim = (int)int_field(L, sp, "rope_dim");
+  lua_getfield(L, sp, "rope_theta");
+  g->rope_theta = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
+  lua_pop(L, 1);
   lua_getfield(L, t, "lse");
   if (lua_istable(L, -1)) {
     g->has_lse = 1;

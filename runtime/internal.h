@@ -33,6 +33,7 @@ typedef struct attnc_gen {
   int ndims;
   char **dim_names;
   int used[ATTNC_SLOT_COUNT];
+  int optional[ATTNC_SLOT_COUNT]; /* used if bound, else the kernel's default (rope_freqs: all 1) */
   attnc_shape shape[ATTNC_SLOT_COUNT];
   attnc_shape out;
   int has_mask;
@@ -48,6 +49,8 @@ typedef struct attnc_gen {
   double softcap, alibi;   /* 0: off; else the cap, and ALiBi's max_bias */
   int sinks;               /* the input sinks (H) joins every row's softmax */
   int has_lse;             /* the output lse, of shape lse: (batch axes..., H, Sq) */
+  int rope, rope_dim;      /* 0 none, 1 neox, 2 gptj; r */
+  double rope_theta;
   attnc_shape lse;
 } attnc_gen;
 

@@ -118,6 +118,9 @@ attnc_status attnc_jit_tcc(const attnc_gen *g, void **state, attnc_kernel_fns *f
   tcc_add_symbol(s, "logf", (const void *)logf);
   tcc_add_symbol(s, "tanh", (const void *)tanh);
   tcc_add_symbol(s, "tanhf", (const void *)tanhf);
+  tcc_add_symbol(s, "cos", (const void *)cos);
+  tcc_add_symbol(s, "sin", (const void *)sin);
+  tcc_add_symbol(s, "pow", (const void *)pow);
   tcc_add_symbol(s, "memset", (const void *)memset);
   tcc_add_symbol(s, "memcpy", (const void *)memcpy);
   tcc_add_symbol(s, "memmove", (const void *)memmove);

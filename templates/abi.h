@@ -1,8 +1,9 @@
 /* The calling convention shared by every generated kernel and the runtime.
  *
  * A kernel runs in ATTNC_PHASES phases (0 widen 16-bit inputs to f32,
- * 1 project, 2 attend, 3 combine the key splits, 4 gate and output
- * projection, 5 narrow the output to 16 bits); each phase has a number of
+ * 1 project, 2 rotate q and k (RoPE), 3 attend, 4 combine the key splits,
+ * 5 gate and output projection, 6 narrow the output to 16 bits); each
+ * phase has a number of
  * independent work items, and NAME_phase(args, phase, begin, end, thread)
  * runs items [begin, end).  The runtime spreads items
  * over its threads with a barrier between phases; NAME_run(args) runs
@@ -18,6 +19,7 @@
  * per-output-row scales of int8 weights, weights=int8). */
 #define ATTNC_SLOT_LIST(ENTRY) \
   ENTRY(X, x) ENTRY(KV, kv) ENTRY(BIAS, bias) ENTRY(MASK, mask) ENTRY(Q, q) ENTRY(K, k) ENTRY(V, v) ENTRY(SINKS, sinks) \
+  ENTRY(ROPE_FREQS, rope_freqs) \
   ENTRY(WQ, wq) ENTRY(BQ, bq) ENTRY(WK, wk) ENTRY(BK, bk) ENTRY(WV, wv) ENTRY(BV, bv) \
   ENTRY(WG, wg) ENTRY(BG, bg) ENTRY(WO, wo) ENTRY(BO, bo) \
   ENTRY(WQ_SCALE, wq_scale) ENTRY(WK_SCALE, wk_scale) ENTRY(WV_SCALE, wv_scale) ENTRY(WG_SCALE, wg_scale) \
@@ -35,7 +37,7 @@ enum attnc_slot { ATTNC_SLOT_LIST(ATTNC_SLOT_ENUM_) ATTNC_SLOT_COUNT };
 enum attnc_empty_rows { ATTNC_EMPTY_ROWS_LIST(ATTNC_EMPTY_ENUM_) ATTNC_EMPTY_COUNT };
 enum attnc_causal { ATTNC_CAUSAL_LIST(ATTNC_CAUSAL_ENUM_) ATTNC_CAUSAL_COUNT };
 #define ATTNC_ABI_MAX_RANK 8
-#define ATTNC_PHASES 6 /* widen, project, attend, combine, gate and output, narrow */
+#define ATTNC_PHASES 7 /* widen, project, rotate, attend, combine, gate and output, narrow */
 
 /* One tile of flash attention: `rows` query rows against keys
  * [k_begin, k_end).  Row r is query position i = i0 + r / q_group of head

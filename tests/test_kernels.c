@@ -354,6 +354,11 @@ static void test_kernels_fast_form_decides(void **s)
     { "mha mode=core q=B,4,S,16", "t->sink[", 0 },
     { "mha mode=core q=B,4,S,16 lse", "t->lse[", 1 },
     { "mha mode=core q=B,4,S,16", "t->lse[", 0 },
+    { "mha x=B,S,64 heads=4 rope=neox", "rotate_item", 1 },
+    { "mha x=B,S,64 heads=4", "rotate_item", 0 },
+    { "mha x=B,S,64 heads=4 rope=neox", "z->fused", 0 },  /* rotation has a phase of its own */
+    { "mha x=B,S,64 heads=4 rope=gptj", "x[2 * d + 1]", 1 },
+    { "mha x=B,S,64 heads=4 rope=neox", "x[2 * d + 1]", 0 },
     { "mha mode=core q=B,4,S,16", "k_t", 0 },
   };
   size_t i;
@@ -565,6 +570,16 @@ static void sweep_modifiers(attnc_backend be)
     "alphafold x=3,S,12 heads=2 head_dim=4 global mask=key lse sinks",
     "mqa x=B,S,32 heads=4 alibi sinks lse softcap=20 dtype=f64",
     "gqa x=B,S,32 heads=4 kv_heads=2 alibi sinks lse softcap=20 causal dtype=bf16",
+    /* RoPE: both pairings, partial, another theta, cross, core in both layouts, with the rest */
+    "mha x=B,S,32 heads=2 rope=neox causal",
+    "gqa x=B,S,48 heads=6 kv_heads=2 head_dim=8 rope=gptj rope_dim=4 rope_theta=500000 mask=key",
+    "mha x=B,S,16 kv=B,T,8 heads=2 rope=neox causal=bottom_right",
+    "alphafold x=2,S,3,12 attn_dim=1 heads=3 head_dim=4 rope=neox gated bias=2,3,S,S mask=key",
+    "mha mode=core q=B,4,S,16 kv=B,2,T,16 rope=neox rope_dim=8 causal=bottom_right alibi lse",
+    "mha mode=core q=B,S,4,16 layout=bshc rope=gptj sinks",
+    "mha mode=core q=1,8,1,32 kv=1,2,T,32 rope=neox mask=key", /* decoding: the query at the last position */
+    "mha x=B,S,32 heads=2 rope=gptj softcap=5 dtype=f64",
+    "mha x=B,S,32 heads=2 rope=neox dtype=bf16 causal",
   };
   static const int64_t lens[] = { 1, 7, 33, 257 };
   struct sweep sw = { 0, 0 };

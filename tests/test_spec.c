@@ -707,6 +707,22 @@ static void test_spec_key_modifiers(void **state)
   expect_err_named("mha x=B,S,64 heads=4 sinks empty_rows=uniform", NULL, 1, 22, "sinks with empty_rows=uniform");
   expect_err_named("alphafold x=B,S,64 heads=4 global alibi", NULL, 1, 35, "alibi does not apply to global attention");
   expect_err_named("mha x=B,S,64 heads=4 softcap=big", NULL, 1, 30, "softcap must be a decimal number");
+  /* rope: rope_dim and rope_theta only when they differ from head_dim and 10000 */
+  canon("mha x=B,S,64 heads=4 rope=neox rope_dim=16 rope_theta=10000", c);
+  assert_word(c, "rope=neox");
+  assert_false(has_key(c, "rope_dim"));
+  assert_false(has_key(c, "rope_theta"));
+  canon("mha x=B,S,64 heads=4 rope=gptj rope_dim=8 rope_theta=500000", c);
+  assert_word(c, "rope_dim=8");
+  assert_word(c, "rope_theta=500000.0");
+  canon("mha x=B,S,64 heads=4 rope=none", c);
+  assert_false(has_key(c, "rope"));
+  expect_err_named("mha x=B,S,64 heads=4 rope_dim=8", NULL, 1, 22, "'rope_dim' needs rope=neox or rope=gptj");
+  expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_dim=7", NULL, 1, 41, "rope_dim=7 must be even");
+  expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_dim=32", NULL, 1, 41, "at most head_dim=16");
+  expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_theta=1", NULL, 1, 43, "rope_theta must be greater than 1");
+  expect_err_named("alphafold x=B,S,64 heads=4 global rope=neox", NULL, 1, 35, "rope does not apply to global attention");
+  expect_err_named("mha x=B,S,64 heads=4 rope=yes", NULL, 1, 27, "rope must be one of neox, gptj, none");
 }
 
 static void test_spec_key_mode_core(void **state)

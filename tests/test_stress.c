@@ -79,7 +79,7 @@ static void fill(float *p, size_t n, uint64_t seed, float amp)
 static void work_init(work *w, attnc_kernel *k, int64_t B, int64_t S, unsigned seed, int threads)
 {
   static const char *const names[ATTNC_SLOT_COUNT] = {
-    "x", "kv", "bias", "mask", "q", "k", "v", "sinks", "linear_q.weight", "linear_q.bias", "linear_k.weight", "linear_k.bias",
+    "x", "kv", "bias", "mask", "q", "k", "v", "sinks", "rope_freqs", "linear_q.weight", "linear_q.bias", "linear_k.weight", "linear_k.bias",
     "linear_v.weight", "linear_v.bias", "linear_g.weight", "linear_g.bias", "linear_o.weight", "linear_o.bias"
   };
   const attnc_gen *g = attnc_kernel_gen(k);
