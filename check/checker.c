@@ -263,10 +263,10 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   attnc_tensor out;
   ref_problem p;
   ref_tensors rt;
-  attnc_tensor lse;
-  void *lse_mem = NULL;
-  double *ref_lse = NULL;
-  size_t n_lse = 0;
+  attnc_tensor lse, attn;
+  void *lse_mem = NULL, *attn_mem = NULL;
+  double *ref_lse = NULL, *ref_attn = NULL;
+  size_t n_lse = 0, n_attn = 0;
   double *ref_out = NULL, atol, rtol, a_rms, nmse_max, worst = 0, sum_d2 = 0, sum_r2 = 0;
   size_t n_finite = 0;
   void *out_mem = NULL;
@@ -308,11 +308,22 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     if (!lse_mem || !ref_lse) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
     if ((r->status = attnc_bind_output(b, "lse", &lse, &r->err)) != ATTNC_OK) goto done;
   }
+  if (g->has_attn) { /* and the attention weights the kernel computed */
+    r->status = attnc_output_info(b, "attn", &attn, &r->err);
+    if (r->status != ATTNC_OK) goto done;
+    n_attn = 1;
+    for (i = 0; i < attn.rank; i++) n_attn *= (size_t)attn.shape[i];
+    attn.data = attn_mem = malloc(n_attn * sizeof(float) + 1);
+    ref_attn = malloc(n_attn * sizeof(double) + 1);
+    if (!attn_mem || !ref_attn) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
+    if ((r->status = attnc_bind_output(b, "attn", &attn, &r->err)) != ATTNC_OK) goto done;
+  }
   r->status = attnc_run(b, &out, &r->err);
   if (r->status != ATTNC_OK) goto done;
 
   make_problem(g, bufs, &p, &rt);
   rt.lse = ref_lse;
+  rt.weights = ref_attn;
   if (ref_attention(&p, &rt, ref_out) != 0) {
     r->status = attnc_err_set(&r->err, ATTNC_EGEN, "the reference rejected this problem");
     goto done;
@@ -365,6 +376,16 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     }
   }
   r->n_lse = n_lse;
+  for (j = 0; j < n_attn; j++) { /* the weights: probabilities, within the same bound as lse */
+    const double got = ((const float *)attn_mem)[j], want = ref_attn[j];
+    const double tol = fmax(atol + rtol * fabs(want), 1e-5 + 1e-4 * fabs(want));
+    const double d = isnan(want) || isnan(got) ? (isnan(want) && isnan(got) ? 0 : INFINITY) : fabs(got - want) / tol;
+    if (d > worst) {
+      worst = d;
+      if (d > 1) snprintf(r->err.message, sizeof r->err.message, "attn element %zu is %.9g, the reference %.9g", j, got, want);
+    }
+  }
+  r->n_attn = n_attn;
   r->nmse = sum_r2 > 0 ? sum_d2 / sum_r2 : (sum_d2 > 0 ? INFINITY : 0);
   r->nmse_max = nmse_max;
   r->ok = worst <= 1 && r->nmse <= nmse_max;
@@ -372,6 +393,8 @@ done:
   checker_inputs_free(in);
   free(lse_mem);
   free(ref_lse);
+  free(attn_mem);
+  free(ref_attn);
   free(out_mem);
   free(ref_out);
   attnc_bindings_free(b);

@@ -33,6 +33,7 @@ typedef struct checker_result {
   double rms;                     /* root mean square of the reference (atol includes its share) */
   double nmse, nmse_max;          /* sum (got - want)^2 / sum want^2, and its bound */
   size_t n_lse;                   /* lse values compared too (spec key lse), within the same elementwise bound */
+  size_t n_attn;                  /* attention weights compared too (spec key weights_out) */
   int ok;                         /* 1 when within tolerance and NaNs match */
   char canonical[2048];
   attnc_backend backend;

@@ -98,7 +98,7 @@ static const char *help_for(const char *cmd)
            "  --threads N         threads for the run (default ATTNC_THREADS, else all CPUs)\n"
            "  --plain             run the plain form (one thread, one function per step)\n"
            "  --save-attn FILE    write the attention weights (batch axes..., H, Sq, Sk) as the\n"
-           "                      tensor `attn` (computed in float64 by the reference)\n"
+           "                      tensor `attn` (the kernel's own: weights_out)\n"
            "  --heatmap FILE.svg  draw them, one panel per head for the first batch index, as a\n"
            "                      standalone SVG\n";
   if (strcmp(cmd, "check") == 0)
@@ -484,6 +484,73 @@ static int cmd_explain(struct cli *c)
 
 /* ---- run ---- */
 
+/* Bind --dim, --threads and every --tensors file to b. 0, or 1 (printed). */
+static int bind_inputs(struct cli *c, attnc_bindings *b, attnc_safetensors **files)
+{
+  attnc_error e;
+  int i;
+  for (i = 0; i < c->ndims; i++)
+    if (attnc_bind_dim(b, c->dim_names[i], c->dim_values[i], &e) != ATTNC_OK) { print_error(&e); return 1; }
+  if (c->threads && attnc_bindings_set_threads(b, c->threads, &e) != ATTNC_OK) { print_error(&e); return 1; }
+  for (i = 0; i < c->nfiles; i++)
+    if (attnc_bind_safetensors(b, files[i], c->prefix, NULL, &e) != ATTNC_OK) {
+      fprintf(stderr, "attnc: error: %s: %s\n", c->files[i], e.message);
+      return 1;
+    }
+  return 0;
+}
+
+/* The attention weights as the kernel computes them (weights_out) for the
+ * same tensors: from k itself when its spec has weights_out, else from the
+ * spec with weights_out added (another kernel, bound to the same files).
+ * *w is malloc'd (batch axes..., H, Sq, Sk). 0, or 1 (printed). */
+static int kernel_weights(struct cli *c, attnc_kernel *k, attnc_safetensors **files, double **w, int *rank, long *shape)
+{
+  struct cli c2 = *c;
+  char *spec2 = NULL;
+  attnc_kernel *k2 = NULL;
+  attnc_bindings *b2 = NULL;
+  attnc_tensor t[3];
+  const char *names[3] = { "out", "lse", "attn" };
+  attnc_error e;
+  int o, i, rc = 1;
+  size_t n = 1, j;
+  memset(t, 0, sizeof t);
+  if (!attnc_kernel_gen(k)->has_attn) {
+    spec2 = malloc(strlen(c->spec) + 16);
+    if (!spec2) { fprintf(stderr, "attnc: error: out of memory\n"); return 1; }
+    sprintf(spec2, "%s weights_out", c->spec);
+    c2.spec = spec2;
+  }
+  if (compile_spec(&c2, &k2)) goto done;
+  if (!(b2 = attnc_bindings_new(k2))) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+  if (bind_inputs(c, b2, files)) goto done;
+  for (o = 0; o < 3; o++) {
+    size_t bytes;
+    if (attnc_output_info(b2, names[o], &t[o], &e) != ATTNC_OK) {
+      if (o == 1) continue; /* no lse */
+      print_error(&e);
+      goto done;
+    }
+    bytes = attnc_dtype_size(t[o].dtype);
+    for (i = 0; i < t[o].rank; i++) bytes *= (size_t)t[o].shape[i];
+    if (!(t[o].data = malloc(bytes ? bytes : 1))) { fprintf(stderr, "attnc: error: out of memory for the weights\n"); goto done; }
+    if (o > 0 && attnc_bind_output(b2, names[o], &t[o], &e) != ATTNC_OK) { print_error(&e); goto done; }
+  }
+  if (attnc_run(b2, &t[0], &e) != ATTNC_OK) { print_error(&e); goto done; }
+  *rank = t[2].rank;
+  for (i = 0; i < t[2].rank; i++) { shape[i] = (long)t[2].shape[i]; n *= (size_t)t[2].shape[i]; }
+  if (!(*w = malloc(n * sizeof **w + 1))) { fprintf(stderr, "attnc: error: out of memory for the weights\n"); goto done; }
+  for (j = 0; j < n; j++) (*w)[j] = ((const float *)t[2].data)[j];
+  rc = 0;
+done:
+  for (o = 0; o < 3; o++) free(t[o].data);
+  attnc_bindings_free(b2);
+  attnc_release(k2);
+  free(spec2);
+  return rc;
+}
+
 static int cmd_run(struct cli *c)
 {
   attnc_kernel *k;
@@ -499,47 +566,42 @@ static int cmd_run(struct cli *c)
   memset(files, 0, sizeof files);
   memset(&out, 0, sizeof out);
   if (!b) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
-  for (i = 0; i < c->ndims; i++)
-    if (attnc_bind_dim(b, c->dim_names[i], c->dim_values[i], &e) != ATTNC_OK) { print_error(&e); goto done; }
-  if (c->threads && attnc_bindings_set_threads(b, c->threads, &e) != ATTNC_OK) { print_error(&e); goto done; }
   for (i = 0; i < c->nfiles; i++) {
     files[i] = attnc_st_open(c->files[i], &e);
     if (!files[i]) { print_error(&e); goto done; }
-    if (attnc_bind_safetensors(b, files[i], c->prefix, NULL, &e) != ATTNC_OK) {
-      fprintf(stderr, "attnc: error: %s: %s\n", c->files[i], e.message);
-      goto done;
-    }
   }
+  if (bind_inputs(c, b, files)) goto done;
   if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
   {
     /* every output the spec asks for goes to --out: out, and lse with the key lse */
-    attnc_tensor outs[2];
-    const char *names[2] = { "out", "lse" };
+    attnc_tensor outs[3];
+    const char *names[3] = { "out", "lse", "attn" };
     int n_out = 1, o;
     memset(outs, 0, sizeof outs);
     outs[0] = out;
-    if (attnc_output_info(b, "lse", &outs[1], &e) == ATTNC_OK) n_out = 2;
+    for (o = 1; o < 3; o++) /* lse with the key lse, attn with weights_out */
+      if (attnc_output_info(b, names[o], &outs[n_out], &e) == ATTNC_OK) names[n_out++] = names[o];
     for (o = 0; o < n_out; o++) {
       size_t n = attnc_dtype_size(outs[o].dtype);
       for (i = 0; i < outs[o].rank; i++) n *= (size_t)outs[o].shape[i];
       outs[o].data = malloc(n ? n : 1);
       if (!outs[o].data) { fprintf(stderr, "attnc: error: out of memory for the output %s (%zu bytes)\n", names[o], n); goto run_done; }
     }
-    if (n_out > 1 && attnc_bind_output(b, "lse", &outs[1], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
+    for (o = 1; o < n_out; o++)
+      if (attnc_bind_output(b, names[o], &outs[o], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
     if (attnc_run(b, &outs[0], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
     if (attnc_st_write(c->out, n_out, names, outs, &e) != ATTNC_OK) { print_error(&e); goto run_done; }
     out.data = outs[0].data;
     outs[0].data = NULL;
   run_done:
-    free(outs[0].data);
-    if (n_out > 1) free(outs[1].data);
+    for (o = 0; o < 3; o++) free(outs[o].data);
     if (!out.data) goto done;
   }
   if (c->save_attn || c->heatmap) {
     double *w = NULL;
     long shape[ATTNC_MAX_RANK];
     int rank = 0;
-    if (checker_weights(k, b, &w, &rank, shape, &e) != 0) { print_error(&e); goto done; }
+    if (kernel_weights(c, k, files, &w, &rank, shape)) goto done;
     if (c->save_attn) {
       attnc_tensor at;
       const char *name = "attn";
@@ -686,7 +748,9 @@ static int cmd_check(struct cli *c)
          "NMSE %.3g (at most %.0e): %s\n",
          c->plain ? "plain form, " : "", r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.atol,
          r.rtol, r.nmse, r.nmse_max, r.ok ? "OK" : "MISMATCH");
-  if (r.n_lse) printf("and %zu lse values within the same bound%s%s\n", r.n_lse, r.ok ? "" : ": ", r.ok ? "" : r.err.message);
+  if (r.n_lse || r.n_attn)
+    printf("and %zu lse values, %zu attention weights within the same bound%s%s\n", r.n_lse, r.n_attn, r.ok ? "" : ": ",
+           r.ok ? "" : r.err.message);
   return r.ok ? 0 : 1;
 }
 

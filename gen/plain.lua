@@ -85,7 +85,7 @@ function M.env(p)
     softcap = p.softcap and ("(real)" .. p.softcap) or false, alibi = p.alibi, sinks = p.sinks, lse = p.lse,
     tanh = p.dtype == "f64" and "tanh" or "tanhf", log = p.dtype == "f64" and "log" or "logf",
     pos_off = p.core and "Sk - Sq" or "0",
-    rope = p.rope, rope_dim = p.rope_dim, rope_theta = p.rope_theta,
+    rope = p.rope, rope_dim = p.rope_dim, rope_theta = p.rope_theta, weights_out = p.weights_out,
     global = p.global or false, gated = p.gated or false, self = p.self,
     has_bias = p.has_bias, has_mask = p.has_mask, C_IN = p.C_IN, C_KV = p.C_KV,
   }

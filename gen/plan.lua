@@ -75,7 +75,7 @@ function M.plan(s, version)
     has_mask = s.mask == "key", has_bias = s.bias ~= nil,
     scale = require("spec").fmt_float(s.scale),
     softcap = s.softcap and require("spec").fmt_decimal(s.softcap) or false,
-    sinks = s.sinks or false, lse = s.lse or false,
+    sinks = s.sinks or false, lse = s.lse or false, weights_out = s.weights_out or false,
     rope = (s.rope and s.rope ~= "none") and s.rope or false,
     rope_dim = s.rope_dim, rope_theta = s.rope_theta and sformat("%.17g", s.rope_theta) or nil,
   }
@@ -184,6 +184,13 @@ function M.plan(s, version)
     insert(l, s.heads); insert(l, (s.mode == "full" and s.global) and 1 or s.Sq)
     sig.lse = l
   end
+  -- the attention weights output attn: (batch axes..., H, Sq, Sk)
+  if s.weights_out then
+    local a = {}
+    for _, d in ipairs(batch) do insert(a, d) end
+    insert(a, s.heads); insert(a, (s.mode == "full" and s.global) and 1 or s.Sq); insert(a, s.Sk)
+    sig.attn = a
+  end
   p.sig = sig
   p.sched = M.schedule(p)
   return p
@@ -206,7 +213,7 @@ function M.schedule(p)
   -- the attend primitive takes no score modifier and writes no lse yet:
   -- with any, attention runs in the C loops (the projections still use
   -- the primitives), and the paths built around the primitive are off
-  k.attend = k.prims and not (p.softcap or p.alibi or p.sinks or p.lse)
+  k.attend = k.prims and not (p.softcap or p.alibi or p.sinks or p.lse or p.weights_out)
   -- a short query against many keys (decoding): split the keys, then combine
   k.split = k.attend and not p.global and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
   -- whole batch elements, or one kv head of one, per attend item, projections included

@@ -34,7 +34,7 @@ local KEYS = {
   bias = "shape", mask = "enum", causal = "enum", window = "pair", scale = "float",
   empty_rows = "enum", mode = "enum", dtype = "enum", name = "ident", layout = "enum",
   weights = "enum", softcap = "float", alibi = "float", sinks = "bool", lse = "bool",
-  rope = "enum", rope_dim = "int", rope_theta = "float",
+  rope = "enum", rope_dim = "int", rope_theta = "float", weights_out = "bool",
 }
 local ENUMS = {
   preset = { "alphafold", "mha", "mqa", "gqa" },
@@ -49,11 +49,11 @@ local ENUMS = {
   rope = { "neox", "gptj", "none" },
 }
 local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias = "true", out_bias = "true",
-  alibi = "8", sinks = "true", lse = "true" }
+  alibi = "8", sinks = "true", lse = "true", weights_out = "true" }
 local KEY_ORDER = {
   "preset", "mode", "x", "kv", "q", "layout", "attn_dim", "heads", "kv_heads", "head_dim", "qkv_bias",
   "out_bias", "gated", "global", "global_mean", "bias", "mask", "causal", "window", "scale",
-  "empty_rows", "rope", "rope_dim", "rope_theta", "softcap", "alibi", "sinks", "lse", "dtype", "weights", "name",
+  "empty_rows", "rope", "rope_dim", "rope_theta", "softcap", "alibi", "sinks", "lse", "weights_out", "dtype", "weights", "name",
 }
 M.KEY_ORDER = KEY_ORDER
 
@@ -512,6 +512,7 @@ function M.parse(text)
     fail(raw.sinks.keypos, "sinks with empty_rows=%s: a row that sees no key puts its mass on the sink (output 0); drop empty_rows", s.empty_rows)
   end
   s.lse = get("lse", false)
+  s.weights_out = get("weights_out", false)
   -- rotary embedding of q and k (before the scale)
   s.rope = get("rope", "none")
   if s.rope == "none" then
@@ -643,6 +644,7 @@ function M.canonical(s, noname)
   if s.alibi then add("alibi", fmt_decimal(s.alibi)) end
   if s.sinks then add("sinks", "true") end
   if s.lse then add("lse", "true") end
+  if s.weights_out then add("weights_out", "true") end
   add("dtype", s.dtype)
   if s.weights and s.weights ~= s.dtype then add("weights", s.weights) end -- v1 canonical strings keep their form
   if not noname then add("name", s.name) end

@@ -122,7 +122,8 @@ attnc_status attnc_bind_dim(attnc_bindings *b, const char *name, int64_t value, 
 /* Check everything is bound and consistent; fill the output's dtype, rank and shape. */
 attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_error *err);
 /* The other outputs a spec may ask for, by name: "lse" (spec key lse, F32
- * (batch axes..., H, Sq)).  attnc_output_info fills t's dtype, rank and
+ * (batch axes..., H, Sq)) and "attn" (spec key weights_out, F32 (batch
+ * axes..., H, Sq, Sk): the attention weights the kernel computed).  attnc_output_info fills t's dtype, rank and
  * shape as attnc_output_shape does for "out" (ATTNC_EARG for a name the
  * spec does not ask for); attnc_bind_output names the tensor attnc_run
  * writes it to (its data must stay valid for every run that uses it).

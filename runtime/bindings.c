@@ -552,57 +552,80 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   return ATTNC_OK;
 }
 
+/* The extra outputs: their name, whether the spec has each, and its shape. */
+static int extra_output(const attnc_gen *g, const char *name, const attnc_shape **shape)
+{
+  if (strcmp(name, "lse") == 0 && g->has_lse) { *shape = &g->lse; return 1; }
+  if (strcmp(name, "attn") == 0 && g->has_attn) { *shape = &g->attn; return 1; }
+  return 0;
+}
+
+static attnc_status no_output(const char *name, attnc_error *err)
+{
+  return attnc_err_set(err, ATTNC_EARG, "the spec has no output '%s'%s", name,
+                       strcmp(name, "lse") == 0 ? " (add the key lse)"
+                       : strcmp(name, "attn") == 0 ? " (add the key weights_out)"
+                       : " (outputs: out; lse with the key lse; attn with weights_out)");
+}
+
 attnc_status attnc_output_info(attnc_bindings *b, const char *name, attnc_tensor *t, attnc_error *err)
 {
-  const attnc_gen *g;
+  const attnc_shape *sh;
   attnc_status s;
   int i;
   attnc_err_clear(err);
   if (!b || !name || !t) return attnc_err_set(err, ATTNC_EARG, "attnc_output_info needs bindings, a name and a tensor");
-  g = &b->k->gen;
   if (strcmp(name, "out") == 0) return attnc_output_shape(b, t, err);
-  if (strcmp(name, "lse") != 0 || !g->has_lse)
-    return attnc_err_set(err, ATTNC_EARG, "the spec has no output '%s'%s", name,
-                         strcmp(name, "lse") == 0 ? " (add the key lse)" : " (outputs: out, and lse with the key lse)");
+  if (!extra_output(&b->k->gen, name, &sh)) return no_output(name, err);
   s = attnc_output_shape(b, NULL, err); /* binds the named dims */
   if (s != ATTNC_OK) return s;
   t->dtype = ATTNC_F32;
-  t->rank = g->lse.rank;
-  for (i = 0; i < g->lse.rank; i++) t->shape[i] = resolve(b, g->lse.dim[i]);
+  t->rank = sh->rank;
+  for (i = 0; i < sh->rank; i++) t->shape[i] = resolve(b, sh->dim[i]);
   return ATTNC_OK;
 }
 
 attnc_status attnc_bind_output(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err)
 {
+  const attnc_shape *sh;
   attnc_err_clear(err);
   if (!b || !name || !t) return attnc_err_set(err, ATTNC_EARG, "attnc_bind_output needs bindings, a name and a tensor");
-  if (strcmp(name, "lse") != 0 || !b->k->gen.has_lse)
-    return attnc_err_set(err, ATTNC_EARG, "the spec has no output '%s'%s", name,
-                         strcmp(name, "out") == 0 ? ": pass out to attnc_run" : strcmp(name, "lse") == 0 ? " (add the key lse)" : "");
-  b->lse = *t;
-  b->has_lse = 1;
+  if (strcmp(name, "out") == 0) return attnc_err_set(err, ATTNC_EARG, "the spec has no output 'out' to bind: pass out to attnc_run");
+  if (!extra_output(&b->k->gen, name, &sh)) return no_output(name, err);
+  if (strcmp(name, "lse") == 0) { b->lse = *t; b->has_lse = 1; }
+  else { b->attn = *t; b->has_attn = 1; }
   return ATTNC_OK;
 }
 
-/* The bound lse output, checked against the shape the dims give. */
-attnc_status attnc_bindings_check_lse(attnc_bindings *b, attnc_error *err)
+/* One bound extra output, checked against the shape the dims give. */
+static attnc_status check_output(attnc_bindings *b, const char *name, const char *key, int bound, const attnc_tensor *t,
+                                 attnc_error *err)
 {
   attnc_tensor want;
   attnc_status s;
+  char what[64];
   int i;
-  if (!b->k->gen.has_lse) return ATTNC_OK;
-  if (!b->has_lse)
-    return attnc_err_set(err, ATTNC_EMISSING, "the spec has lse: bind its output with attnc_bind_output(b, \"lse\", ...) (F32, see attnc_output_info)");
-  if ((s = attnc_output_info(b, "lse", &want, err)) != ATTNC_OK) return s;
-  if (b->lse.dtype != ATTNC_F32 || b->lse.rank != want.rank)
-    return attnc_err_set(err, ATTNC_EBIND, "output lse must be F32 with %d dims", want.rank);
+  if (!bound)
+    return attnc_err_set(err, ATTNC_EMISSING, "the spec has %s: bind its output with attnc_bind_output(b, \"%s\", ...) (F32, see attnc_output_info)", key, name);
+  if ((s = attnc_output_info(b, name, &want, err)) != ATTNC_OK) return s;
+  if (t->dtype != ATTNC_F32 || t->rank != want.rank)
+    return attnc_err_set(err, ATTNC_EBIND, "output %s must be F32 with %d dims", name, want.rank);
   for (i = 0; i < want.rank; i++)
-    if (b->lse.shape[i] != want.shape[i]) {
+    if (t->shape[i] != want.shape[i]) {
       char w[256];
       attnc_bindings_shape_text(want.shape, want.rank, w, sizeof w);
-      return attnc_err_set(err, ATTNC_EBIND, "output lse axis %d is %lld but must be %lld: lse is %s", i,
-                           (long long)b->lse.shape[i], (long long)want.shape[i], w);
+      return attnc_err_set(err, ATTNC_EBIND, "output %s axis %d is %lld but must be %lld: %s is %s", name, i,
+                           (long long)t->shape[i], (long long)want.shape[i], name, w);
     }
-  if (!b->lse.data) return attnc_err_set(err, ATTNC_EARG, "output lse has no data");
-  return attnc_bindings_check_aligned("the output lse", &b->lse, err);
+  if (!t->data) return attnc_err_set(err, ATTNC_EARG, "output %s has no data", name);
+  snprintf(what, sizeof what, "the output %s", name);
+  return attnc_bindings_check_aligned(what, t, err);
+}
+
+attnc_status attnc_bindings_check_outputs(attnc_bindings *b, attnc_error *err)
+{
+  attnc_status s = ATTNC_OK;
+  if (b->k->gen.has_lse && (s = check_output(b, "lse", "lse", b->has_lse, &b->lse, err)) != ATTNC_OK) return s;
+  if (b->k->gen.has_attn) s = check_output(b, "attn", "weights_out", b->has_attn, &b->attn, err);
+  return s;
 }

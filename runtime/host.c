@@ -516,6 +516,12 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
     read_shape(L, g, &g->lse);
   }
   lua_pop(L, 1);
+  lua_getfield(L, t, "attn");
+  if (lua_istable(L, -1)) {
+    g->has_attn = 1;
+    read_shape(L, g, &g->attn);
+  }
+  lua_pop(L, 1);
   lua_getfield(L, sp, "window");
   if (lua_istable(L, -1)) {
     g->has_window = 1;

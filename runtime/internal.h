@@ -49,6 +49,8 @@ typedef struct attnc_gen {
   double softcap, alibi;   /* 0: off; else the cap, and ALiBi's max_bias */
   int sinks;               /* the input sinks (H) joins every row's softmax */
   int has_lse;             /* the output lse, of shape lse: (batch axes..., H, Sq) */
+  int has_attn;            /* the output attn (weights_out), of shape attn: (batch axes..., H, Sq, Sk) */
+  attnc_shape attn;
   int rope, rope_dim;      /* 0 none, 1 neox, 2 gptj; r */
   double rope_theta;
   attnc_shape lse;
@@ -124,8 +126,8 @@ struct attnc_bindings {
   const char *from[ATTNC_SLOT_COUNT];  /* the name each tensor was bound under */
   char from_buf[ATTNC_SLOT_COUNT][96];
   attnc_tensor in_proj_w, in_proj_b, in_proj_s; /* in_proj_weight, _bias, and weight_scale (int8) */
-  attnc_tensor lse;       /* the output lse, when bound (attnc_bind_output) */
-  int has_lse;
+  attnc_tensor lse, attn; /* the outputs lse and attn, when bound (attnc_bind_output) */
+  int has_lse, has_attn;
   int has_in_proj_w, has_in_proj_b, has_in_proj_s;
   int64_t dims[64];
   int dim_set[64];
@@ -145,8 +147,8 @@ struct attnc_bindings {
 /* The slot a tensor name binds to (any naming scheme), -2 for
  * in_proj_weight, -3 for in_proj_bias, -1 for none. */
 int attnc_bindings_lookup_name(const char *name);
-/* The lse output (spec key lse) bound and of the right shape; ATTNC_OK without the key. */
-attnc_status attnc_bindings_check_lse(attnc_bindings *b, attnc_error *err);
+/* The outputs besides out (lse, attn) bound and of the right shape, for the spec's keys. */
+attnc_status attnc_bindings_check_outputs(attnc_bindings *b, attnc_error *err);
 /* The resolved named dims of bindings (after attnc_output_shape). */
 const int64_t *attnc_bindings_dims(const attnc_bindings *b);
 /* "(2, 3)": a shape for messages. */

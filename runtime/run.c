@@ -136,8 +136,9 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
     memcpy(args.mask_stride, b->mask_stride, sizeof args.mask_stride);
   }
   args.out = out->data;
-  if ((s = attnc_bindings_check_lse(b, err)) != ATTNC_OK) return s;
+  if ((s = attnc_bindings_check_outputs(b, err)) != ATTNC_OK) return s;
   if (b->k->gen.has_lse) args.lse = b->lse.data;
+  if (b->k->gen.has_attn) args.attn = b->attn.data;
   if (b->k->gen.plain) /* the plain form: one call, on this thread, its own buffers */
     return b->k->fns.run(&args) == 0 ? ATTNC_OK : attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the plain kernel");
   if (b->k->gen.dtype != ATTNC_F64 && !getenv("ATTNC_NO_PRIMS")) { /* the primitives compute in f32 */

@@ -65,6 +65,8 @@ typedef struct attnc_tile {
   const float *sink;    /* sinks: head hh's sink logit at sink[hh]; or NULL */
   float *lse;           /* row r's log-sum-exp at lse[hh * lse_h + r / q_group]; or NULL */
   long lse_h;
+  float *attn;          /* row r's weights at attn + hh * attn_h + (r / q_group) * nk; or NULL */
+  long attn_h;
 } attnc_tile;
 
 /* Vectorised routines compiled with the library (run-time CPU dispatch). */
@@ -97,5 +99,6 @@ typedef struct attnc_args {
   void *scratch;                        /* NAME_scratch_bytes(args, nthreads) bytes (the kernel aligns it) */
   long nthreads;                        /* per-thread scratch regions in scratch (at least 1) */
   float *lse;                           /* spec key lse: (batch axes..., H, Sq) F32, else unused */
+  float *attn;                          /* spec key weights_out: (batch axes..., H, Sq, Sk) F32, else unused */
 } attnc_args;
 #endif

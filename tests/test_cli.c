@@ -1182,6 +1182,18 @@ static void test_cli_run_save_attn(void **state)
   }
   attnc_st_close(f);
   attnc_st_close(in);
+  /* with weights_out and lse in the spec, run writes them beside out */
+  CLI(r, "run", "mha x=B,S,16 heads=2 causal mask=key weights_out lse", "--tensors", tensors, "--out", out);
+  EXPECT_EXIT0(r, "run weights_out lse");
+  cli_free(&r);
+  f = attnc_st_open(out, &e);
+  assert_non_null(f);
+  assert_int_equal(attnc_st_find(f, "out", &w), ATTNC_OK);
+  assert_int_equal(attnc_st_find(f, "lse", &w), ATTNC_OK);
+  assert_int_equal(w.rank, 3);
+  assert_int_equal(attnc_st_find(f, "attn", &w), ATTNC_OK);
+  assert_int_equal(w.rank, 4);
+  attnc_st_close(f);
   {
     FILE *fp = fopen(svg, "r");
     char buf[1 << 16];

@@ -359,6 +359,9 @@ static void test_kernels_fast_form_decides(void **s)
     { "mha x=B,S,64 heads=4 rope=neox", "z->fused", 0 },  /* rotation has a phase of its own */
     { "mha x=B,S,64 heads=4 rope=gptj", "x[2 * d + 1]", 1 },
     { "mha x=B,S,64 heads=4 rope=neox", "x[2 * d + 1]", 0 },
+    { "mha x=B,S,64 heads=4 weights_out", "a_i[j]", 1 },
+    { "mha x=B,S,64 heads=4 weights_out", "P->attend", 0 },
+    { "mha x=B,S,64 heads=4", "a_i[j]", 0 },
     { "mha mode=core q=B,4,S,16", "k_t", 0 },
   };
   size_t i;
@@ -580,6 +583,13 @@ static void sweep_modifiers(attnc_backend be)
     "mha mode=core q=1,8,1,32 kv=1,2,T,32 rope=neox mask=key", /* decoding: the query at the last position */
     "mha x=B,S,32 heads=2 rope=gptj softcap=5 dtype=f64",
     "mha x=B,S,32 heads=2 rope=neox dtype=bf16 causal",
+    /* weights_out: the kernel's own weights, every empty_rows mode, with the rest */
+    "mha x=B,S,16 heads=2 weights_out mask=key causal",
+    "mha x=B,S,16 heads=2 weights_out lse mask=key window=2,1 empty_rows=uniform",
+    "mha x=B,S,16 heads=2 weights_out mask=key window=2,1 empty_rows=nan",
+    "gqa x=B,S,24 heads=4 kv_heads=2 weights_out sinks alibi softcap=3 rope=neox",
+    "alphafold x=3,S,12 heads=2 head_dim=4 global mask=key weights_out gated",
+    "mha mode=core q=B,S,4,8 kv=B,T,2,8 weights_out bias=B,4,S,T layout=bshc",
   };
   static const int64_t lens[] = { 1, 7, 33, 257 };
   struct sweep sw = { 0, 0 };

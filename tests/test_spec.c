@@ -723,6 +723,10 @@ static void test_spec_key_modifiers(void **state)
   expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_theta=1", NULL, 1, 43, "rope_theta must be greater than 1");
   expect_err_named("alphafold x=B,S,64 heads=4 global rope=neox", NULL, 1, 35, "rope does not apply to global attention");
   expect_err_named("mha x=B,S,64 heads=4 rope=yes", NULL, 1, 27, "rope must be one of neox, gptj, none");
+  canon("mha x=B,S,64 heads=4 weights_out", c);
+  assert_word(c, "weights_out=true");
+  canon("mha x=B,S,64 heads=4 weights_out=false", c);
+  assert_false(has_key(c, "weights_out"));
 }
 
 static void test_spec_key_mode_core(void **state)
