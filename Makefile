@@ -180,7 +180,7 @@ check-avx512-emu: all $(TESTS:%=$(B)/tests/%)
 	@$(MAKE) --no-print-directory B=$(EMU_B) AVX512_EMU=1 OBJ_FROM=$(B) $(EMU_B)/libattnc.a $(EMU_B)/attnc $(TESTS:%=$(EMU_B)/tests/%)
 	@$(call emu_isa,$(EMU_B))
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
-	  ATTNC=$(CURDIR)/$(EMU_B)/attnc sh tests/run_all.sh $(EMU_B) $(TESTS)
+	  ATTNC_TEST_MODEL=1 ATTNC=$(CURDIR)/$(EMU_B)/attnc sh tests/run_all.sh $(EMU_B) $(TESTS)
 
 # ---- sanitizers ----
 # check-asan: the library, CLI and every test built with ASan + UBSan into
@@ -207,7 +207,7 @@ check-asan:
 	  $(ASAN_EMU_B)/libattnc.a $(ASAN_EMU_B)/attnc $(ASAN_EMU_TESTS:%=$(ASAN_EMU_B)/tests/%)
 	@$(SAN_ENV) $(call emu_isa,$(ASAN_EMU_B))
 	@$(SAN_ENV) ATTNC_CACHE_DIR=$(CURDIR)/$(ASAN_B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
-	  ATTNC=$(CURDIR)/$(ASAN_EMU_B)/attnc sh tests/run_all.sh $(ASAN_EMU_B) $(ASAN_EMU_TESTS)
+	  ATTNC_TEST_MODEL=1 ATTNC=$(CURDIR)/$(ASAN_EMU_B)/attnc sh tests/run_all.sh $(ASAN_EMU_B) $(ASAN_EMU_TESTS)
 
 # check-valgrind: memcheck (leaks count as errors) on a representative
 # subset: the runtime and safetensors tests, 1000 compile/run/release cycles

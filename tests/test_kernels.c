@@ -95,6 +95,18 @@ static void report(const char *what, attnc_backend be, const struct sweep *sw)
          weights ? ", weights=" : "", weights ? weights : "", sw->cases, sw->fails);
 }
 
+/* 1 (printing why) when these sweeps would only repeat the f32 sweeps'
+ * calls into the primitives: under the AVX-512 C model (make
+ * check-avx512-emu sets ATTNC_TEST_MODEL), which exists to run those
+ * primitives; the main run covers these kernels in full. */
+static int same_primitives_under_model(const char *what)
+{
+  if (!getenv("ATTNC_TEST_MODEL")) return 0;
+  printf("skipped under the AVX-512 model: %s call the primitives the f32 sweeps above already ran on it "
+         "(make test's main run covers them)\n", what);
+  return 1;
+}
+
 /* Heads, kv heads and head_dim (including head_dim != c_in / H). */
 static void sweep_heads(attnc_backend be)
 {
@@ -558,6 +570,7 @@ static void test_kernels_plain_form_cc(void **s) { (void)s; sweep_plain_form(ATT
  * compared too (-inf where a row sees no key). */
 static void sweep_modifiers(attnc_backend be)
 {
+  if (same_primitives_under_model("kernels with score modifiers (their attention in C loops)")) return;
   static const char *const specs[] = {
     "mha x=B,S,16 heads=2 softcap=2.5",
     "gqa x=B,S,24 heads=4 kv_heads=2 alibi causal",
@@ -621,6 +634,7 @@ static void test_kernels_modifiers_plain(void **s)
  * and tcc a share of them, to keep the suite's time. */
 static void sweep_16(const char *dt, attnc_backend be)
 {
+  if (same_primitives_under_model("bf16 and f16 kernels")) return;
   dtype = dt;
   sweep_heads(be);
   sweep_features(be);
@@ -646,6 +660,7 @@ static void test_kernels_f16_cc(void **s) { (void)s; sweep_16("f16", ATTNC_BACKE
  * plain form dequantise them every run. */
 static void sweep_int8(attnc_backend be)
 {
+  if (same_primitives_under_model("int8-weight kernels (packed dequantised)")) return;
   weights = "int8";
   sweep_heads(be);
   sweep_features(be);
@@ -666,6 +681,7 @@ static void test_kernels_int8_cc(void **s) { (void)s; sweep_int8(ATTNC_BACKEND_C
 static void test_kernels_16_no_prims_tcc(void **s)
 {
   (void)s;
+  if (same_primitives_under_model("the C loops of 16-bit kernels (no primitives at all)")) return;
   setenv("ATTNC_NO_PRIMS", "1", 1);
   dtype = "bf16";
   sweep_heads(ATTNC_BACKEND_TCC);
