@@ -139,6 +139,7 @@ static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, r
   p->softcap = g->softcap;
   p->rope = g->rope == 1 ? REF_ROPE_NEOX : g->rope == 2 ? REF_ROPE_GPTJ : REF_ROPE_NONE;
   p->rope_dim = g->rope_dim;
+  p->pe = g->pe ? REF_PE_SINUSOIDAL : REF_PE_NONE;
   p->rope_theta = g->rope_theta;
   rt->rope_freqs = bufs[ATTNC_SLOT_ROPE_FREQS].ref; /* NULL when not bound: all 1 */
   p->alibi = g->alibi;

@@ -60,8 +60,13 @@ function M.widened(p)
     elseif t.role ~= "scale" and t.role ~= "optional" then
       kind = p.store
     end
+    -- pe: x (and kv) copied with the positional encoding added
+    local pe = p.pe and (t.slot == "x" or t.slot == "kv")
+    if pe and not kind then kind = "copy" end
     if kind then
       insert(out, { slot = SLOT_NAMES[t.slot], key = t.slot, n = plan.prod(t.shape), kind = kind,
+                    pe = pe and { width = t.slot == "x" and "C_IN" or "C_KV", step = t.slot == "x" and p.x_step or p.kv_step,
+                                  len = t.slot == "x" and "Sq" or "Sk", n_in = t.shape[#t.shape] } or nil,
                     packable = t.role == "matrix", n_in = t.shape[2],
                     scale = kind == "int8" and SLOT_NAMES[t.slot .. "_scale"] or nil })
     end
@@ -73,9 +78,14 @@ end
 -- and the storage in words.
 local function convert_env(p, env, wide)
   env.need = {}
-  for _, w in ipairs(wide) do env.need[w.kind] = true end
+  env.need_pe = false
+  for _, w in ipairs(wide) do
+    env.need[w.kind] = true
+    if w.pe then env.need_pe = true end
+  end
   local words = {}
   if p.store then insert(words, "every tensor but the mask in " .. p.store) end
+  if p.pe then insert(words, "x" .. (p.self and "" or " and kv") .. " read with a sinusoidal positional encoding added") end
   if p.weights == "int8" then insert(words, "the weight matrices in int8 with a scale per row")
   elseif p.weights ~= p.dtype then insert(words, "the weight matrices in " .. p.weights) end
   env.storage_text = concat(words, "; ")

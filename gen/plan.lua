@@ -77,6 +77,7 @@ function M.plan(s, version)
     softcap = s.softcap and require("spec").fmt_decimal(s.softcap) or false,
     sinks = s.sinks or false, lse = s.lse or false, weights_out = s.weights_out or false,
     rope = (s.rope and s.rope ~= "none") and s.rope or false,
+    pe = (s.pe and s.pe ~= "none") and s.pe or false,
     rope_dim = s.rope_dim, rope_theta = s.rope_theta and sformat("%.17g", s.rope_theta) or nil,
   }
   -- ALiBi slopes (DESIGN.md): n = the largest power of two <= H,

@@ -34,7 +34,7 @@ local KEYS = {
   bias = "shape", mask = "enum", causal = "enum", window = "pair", scale = "float",
   empty_rows = "enum", mode = "enum", dtype = "enum", name = "ident", layout = "enum",
   weights = "enum", softcap = "float", alibi = "float", sinks = "bool", lse = "bool",
-  rope = "enum", rope_dim = "int", rope_theta = "float", weights_out = "bool",
+  rope = "enum", rope_dim = "int", rope_theta = "float", weights_out = "bool", pe = "enum",
 }
 local ENUMS = {
   preset = { "alphafold", "mha", "mqa", "gqa" },
@@ -47,13 +47,14 @@ local ENUMS = {
   dtype = { "f32", "f64", "bf16", "f16" },
   weights = { "int8", "f32", "f64", "bf16", "f16" },
   rope = { "neox", "gptj", "none" },
+  pe = { "sinusoidal", "none" },
 }
 local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias = "true", out_bias = "true",
   alibi = "8", sinks = "true", lse = "true", weights_out = "true" }
 local KEY_ORDER = {
   "preset", "mode", "x", "kv", "q", "layout", "attn_dim", "heads", "kv_heads", "head_dim", "qkv_bias",
   "out_bias", "gated", "global", "global_mean", "bias", "mask", "causal", "window", "scale",
-  "empty_rows", "rope", "rope_dim", "rope_theta", "softcap", "alibi", "sinks", "lse", "weights_out", "dtype", "weights", "name",
+  "empty_rows", "pe", "rope", "rope_dim", "rope_theta", "softcap", "alibi", "sinks", "lse", "weights_out", "dtype", "weights", "name",
 }
 M.KEY_ORDER = KEY_ORDER
 
@@ -513,6 +514,13 @@ function M.parse(text)
   end
   s.lse = get("lse", false)
   s.weights_out = get("weights_out", false)
+  -- sinusoidal positional encoding of x (and kv) before the projections
+  s.pe = get("pe", "none")
+  if s.pe ~= "none" then
+    if s.mode == "core" then fail(raw.pe.keypos, "pe does not apply in mode=core: it is added to x before the projections") end
+    if s.c_in % 2 ~= 0 then fail(raw.pe.keypos, "pe=%s needs an even width of x (sin and cos pairs), got %d", s.pe, s.c_in) end
+    if not s.self and s.c_kv % 2 ~= 0 then fail(raw.pe.keypos, "pe=%s needs an even width of kv (sin and cos pairs), got %d", s.pe, s.c_kv) end
+  end
   -- rotary embedding of q and k (before the scale)
   s.rope = get("rope", "none")
   if s.rope == "none" then
@@ -635,6 +643,7 @@ function M.canonical(s, noname)
   add("scale", fmt_float(s.scale))
   add("empty_rows", s.empty_rows)
   -- v2 keys: written only when set, so v1 canonical strings keep their form
+  if s.pe and s.pe ~= "none" then add("pe", s.pe) end
   if s.rope and s.rope ~= "none" then
     add("rope", s.rope)
     if s.rope_dim ~= s.head_dim then add("rope_dim", tostring(s.rope_dim)) end

@@ -507,6 +507,7 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   s = str_field(L, sp, "rope");
   g->rope = strcmp(s, "neox") == 0 ? 1 : strcmp(s, "gptj") == 0 ? 2 : 0;
   g->rope_dim = (int)int_field(L, sp, "rope_dim");
+  g->pe = strcmp(str_field(L, sp, "pe"), "sinusoidal") == 0;
   lua_getfield(L, sp, "rope_theta");
   g->rope_theta = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
   lua_pop(L, 1);

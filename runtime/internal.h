@@ -52,6 +52,7 @@ typedef struct attnc_gen {
   int has_attn;            /* the output attn (weights_out), of shape attn: (batch axes..., H, Sq, Sk) */
   attnc_shape attn;
   int rope, rope_dim;      /* 0 none, 1 neox, 2 gptj; r */
+  int pe;                  /* sinusoidal positional encoding of x (and kv) */
   double rope_theta;
   attnc_shape lse;
 } attnc_gen;

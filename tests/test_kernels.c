@@ -374,6 +374,8 @@ static void test_kernels_fast_form_decides(void **s)
     { "mha x=B,S,64 heads=4 weights_out", "a_i[j]", 1 },
     { "mha x=B,S,64 heads=4 weights_out", "P->attend", 0 },
     { "mha x=B,S,64 heads=4", "a_i[j]", 0 },
+    { "mha x=B,S,64 heads=4 pe=sinusoidal", "add_pe(", 1 },
+    { "mha x=B,S,64 heads=4", "add_pe(", 0 },
     { "mha mode=core q=B,4,S,16", "k_t", 0 },
   };
   size_t i;
@@ -603,6 +605,12 @@ static void sweep_modifiers(attnc_backend be)
     "gqa x=B,S,24 heads=4 kv_heads=2 weights_out sinks alibi softcap=3 rope=neox",
     "alphafold x=3,S,12 heads=2 head_dim=4 global mask=key weights_out gated",
     "mha mode=core q=B,S,4,8 kv=B,T,2,8 weights_out bias=B,4,S,T layout=bshc",
+    /* pe: x (and kv) read with the sinusoidal encoding added, in every storage */
+    "mha x=B,S,16 heads=2 pe=sinusoidal causal",
+    "mha x=B,S,16 kv=B,T,8 heads=2 pe=sinusoidal causal=bottom_right",
+    "alphafold x=2,S,3,12 attn_dim=1 heads=3 head_dim=4 pe=sinusoidal gated mask=key",
+    "mha x=B,S,16 heads=2 pe=sinusoidal rope=neox dtype=bf16",
+    "mha x=B,S,16 heads=2 pe=sinusoidal weights=int8 dtype=f64",
   };
   static const int64_t lens[] = { 1, 7, 33, 257 };
   struct sweep sw = { 0, 0 };

@@ -727,6 +727,13 @@ static void test_spec_key_modifiers(void **state)
   assert_word(c, "weights_out=true");
   canon("mha x=B,S,64 heads=4 weights_out=false", c);
   assert_false(has_key(c, "weights_out"));
+  canon("mha x=B,S,64 heads=4 pe=sinusoidal", c);
+  assert_word(c, "pe=sinusoidal");
+  canon("mha x=B,S,64 heads=4 pe=none", c);
+  assert_false(has_key(c, "pe"));
+  expect_err_named("mha mode=core q=B,4,S,16 pe=sinusoidal", NULL, 1, 26, "pe does not apply in mode=core");
+  expect_err_named("mha x=B,S,63 heads=3 pe=sinusoidal", NULL, 1, 22, "pe=sinusoidal needs an even width of x");
+  expect_err_named("mha x=B,S,64 kv=B,T,63 heads=4 pe=sinusoidal", NULL, 1, 32, "needs an even width of kv");
 }
 
 static void test_spec_key_mode_core(void **state)
