@@ -140,6 +140,18 @@ static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, r
   p->rope = g->rope == 1 ? REF_ROPE_NEOX : g->rope == 2 ? REF_ROPE_GPTJ : REF_ROPE_NONE;
   p->rope_dim = g->rope_dim;
   p->pe = g->pe ? REF_PE_SINUSOIDAL : REF_PE_NONE;
+  if (bufs[ATTNC_SLOT_Q_POS].ref) {
+    p->has_q_pos = 1;
+    p->q_pos_rank = bufs[ATTNC_SLOT_Q_POS].t.rank;
+    for (i = 0; i < p->q_pos_rank; i++) p->q_pos[i] = (long)bufs[ATTNC_SLOT_Q_POS].t.shape[i];
+    rt->q_pos = bufs[ATTNC_SLOT_Q_POS].ref;
+  }
+  if (bufs[ATTNC_SLOT_K_POS].ref) {
+    p->has_k_pos = 1;
+    p->k_pos_rank = bufs[ATTNC_SLOT_K_POS].t.rank;
+    for (i = 0; i < p->k_pos_rank; i++) p->k_pos[i] = (long)bufs[ATTNC_SLOT_K_POS].t.shape[i];
+    rt->k_pos = bufs[ATTNC_SLOT_K_POS].ref;
+  }
   p->rope_theta = g->rope_theta;
   rt->rope_freqs = bufs[ATTNC_SLOT_ROPE_FREQS].ref; /* NULL when not bound: all 1 */
   p->alibi = g->alibi;
@@ -209,6 +221,36 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
     for (i = 0; i < rank; i++) {
       int64_t d = sh->dim[first + i];
       shape[i] = d > 0 ? d : in->dims[-d - 1];
+    }
+    if (slot == ATTNC_SLOT_Q_POS || slot == ATTNC_SLOT_K_POS) {
+      /* explicit positions: I64 of the full shape, or I32 of shape (S) broadcast over the batch, by the seed */
+      struct buf *pb = &in->bufs[slot];
+      const int narrow = (o->seed / 2) % 2;
+      size_t n = 1, e;
+      if (narrow) { shape[0] = shape[rank - 1]; rank = 1; }
+      for (i = 0; i < rank; i++) n *= (size_t)shape[i];
+      pb->t.dtype = narrow ? ATTNC_I32 : ATTNC_I64;
+      pb->t.rank = rank;
+      for (i = 0; i < rank; i++) pb->t.shape[i] = shape[i];
+      pb->mem = malloc(n * 8 + 1);
+      pb->ref = malloc(n * sizeof(double) + 1);
+      if (!pb->mem || !pb->ref) {
+        attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
+        checker_inputs_free(in);
+        return NULL;
+      }
+      pb->t.data = pb->mem;
+      for (e = 0; e < n; e++) { /* positions up to 5000, in any order */
+        const long long v = (long long)((uniform(&rng) * 0.5 + 0.5) * 5000);
+        if (narrow) ((int32_t *)pb->mem)[e] = (int32_t)v;
+        else ((int64_t *)pb->mem)[e] = v;
+        pb->ref[e] = (double)v;
+      }
+      if (attnc_bind(b, attnc_slot_name(slot), &pb->t, err) != ATTNC_OK) {
+        checker_inputs_free(in);
+        return NULL;
+      }
+      continue;
     }
     if (slot >= ATTNC_SLOT_WQ_SCALE) {
       /* int8 scales: the matrix's amplitude / 127, each row's between half and all of it */

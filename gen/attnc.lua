@@ -23,7 +23,7 @@ function M.generate(text, form)
   -- (runtime/host.c's read_gen is their one reader)
   return {
     canonical = s.canonical, name = s.name, source = source, header = header, plain = form == "plain",
-    inputs = p.sig.inputs, out = p.sig.out, mask = p.sig.mask, lse = p.sig.lse, attn = p.sig.attn, spec = s,
+    inputs = p.sig.inputs, out = p.sig.out, mask = p.sig.mask, lse = p.sig.lse, attn = p.sig.attn, positions = p.sig.positions, spec = s,
   }
 end
 

@@ -66,9 +66,16 @@ function M.widened(p)
     if kind then
       insert(out, { slot = SLOT_NAMES[t.slot], key = t.slot, n = plan.prod(t.shape), kind = kind,
                     pe = pe and { width = t.slot == "x" and "C_IN" or "C_KV", step = t.slot == "x" and p.x_step or p.kv_step,
-                                  len = t.slot == "x" and "Sq" or "Sk", n_in = t.shape[#t.shape] } or nil,
+                                  len = t.slot == "x" and "Sq" or "Sk", n_in = t.shape[#t.shape],
+                                  pos = t.slot == "x" and "ATTNC_SLOT_Q_POS" or "ATTNC_SLOT_K_POS" } or nil,
                     packable = t.role == "matrix", n_in = t.shape[2],
-                    scale = kind == "int8" and SLOT_NAMES[t.slot .. "_scale"] or nil })
+                    scale = kind == "int8" and SLOT_NAMES[t.slot .. "_scale"] or nil, src = SLOT_NAMES[t.slot] })
+      -- self-attention with pe: the k and v projections read x encoded at
+      -- the key positions (k_pos), a second copy in the kv slot
+      if pe and p.self then
+        insert(out, { slot = SLOT_NAMES.kv, src = SLOT_NAMES.x, key = "kv (x at the key positions)", n = plan.prod(t.shape), kind = kind,
+                      pe = { width = "C_IN", step = p.kv_step, len = "Sk", pos = "ATTNC_SLOT_K_POS" } })
+      end
     end
   end
   return out

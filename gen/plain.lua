@@ -22,7 +22,7 @@ for w in ([[
   wq bq wk bk wv bv wg bg wo bo bias mask mask_b bias_bhi k_bh v_bh q_i o_i
   linear linear_bias split_heads merge_heads mean_query scale scores add_bias apply_mask softmax
   weighted_sum gate done ok
-  softcap add_alibi slopes sinks sink_h lse log logf tanh tanhf rope freqs cos sin pow add_pe copy_real
+  softcap add_alibi slopes sinks sink_h lse log logf tanh tanhf rope freqs cos sin pow add_pe copy_real q_pos k_pos pos_q pos_k heads
   compute narrow narrow1 widen_bf16 widen_f16 widen1_bf16 widen1_f16 dequant_int8 store_t f32_bits wide n_out err a
 ]]):gmatch("%S+") do TAKEN[w] = true end
 
@@ -85,7 +85,7 @@ function M.env(p)
     softcap = p.softcap and ("(real)" .. p.softcap) or false, alibi = p.alibi, sinks = p.sinks, lse = p.lse,
     tanh = p.dtype == "f64" and "tanh" or "tanhf", log = p.dtype == "f64" and "log" or "logf",
     pos_off = p.core and "Sk - Sq" or "0",
-    pe = p.pe, rope = p.rope, rope_dim = p.rope_dim, rope_theta = p.rope_theta, weights_out = p.weights_out,
+    pe = p.pe, kv_copy = (p.pe and p.self) and true or false, rope = p.rope, rope_dim = p.rope_dim, rope_theta = p.rope_theta, weights_out = p.weights_out,
     global = p.global or false, gated = p.gated or false, self = p.self,
     has_bias = p.has_bias, has_mask = p.has_mask, C_IN = p.C_IN, C_KV = p.C_KV,
   }
@@ -95,8 +95,8 @@ function M.env(p)
   e.wide = {}
   local wide = require("emit").widened(p)
   for _, w in ipairs(wide) do
-    insert(e.wide, { slot = w.slot, key = w.key, n = ex(w.n), kind = w.kind, scale = w.scale, n_in = w.n_in,
-                     pe = w.pe and { width = w.pe.width, step = ex(w.pe.step), len = w.pe.len } or nil })
+    insert(e.wide, { slot = w.slot, src = w.src, key = w.key, n = ex(w.n), kind = w.kind, scale = w.scale, n_in = w.n_in,
+                     pe = w.pe and { width = w.pe.width, step = ex(w.pe.step), len = w.pe.len, pos = w.pe.pos } or nil })
   end
   e.widen = #wide > 0
   if p.store then e.out_n = ex(plan.prod(p.sig.out)) end

@@ -177,6 +177,17 @@ function M.plan(s, version)
   if s.sinks then input("sinks", { s.heads }, "input") end
   -- RoPE's frequency factors (Llama 3): optional, all 1 when not bound
   if p.rope then input("rope_freqs", { s.rope_dim // 2 }, "optional") end
+  -- explicit positions (rope, alibi and pe read them): optional, of any rank
+  -- (S) .. (batch axes..., S); the runtime hands the kernel a dense copy
+  p.positions = (p.rope or p.alibi or p.pe) and true or false
+  if p.positions then
+    local q, k = {}, {}
+    for _, d in ipairs(batch) do insert(q, d); insert(k, d) end
+    insert(q, s.Sq); insert(k, s.Sk)
+    sig.positions = { q = q, k = k } -- the full shapes (batch axes..., S)
+    input("q_pos", q, "optional")
+    input("k_pos", k, "optional")
+  end
   sig.mask = p.has_mask and { batch = batch, Sk = s.Sk } or nil
   -- the lse output: (batch axes..., H, Sq), Sq = 1 for global attention
   if s.lse then

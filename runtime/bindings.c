@@ -10,7 +10,7 @@
 static const struct { const char *name; int slot; } NAMES[] = {
   { "x", ATTNC_SLOT_X }, { "kv", ATTNC_SLOT_KV }, { "bias", ATTNC_SLOT_BIAS }, { "mask", ATTNC_SLOT_MASK },
   { "q", ATTNC_SLOT_Q }, { "k", ATTNC_SLOT_K }, { "v", ATTNC_SLOT_V }, { "sinks", ATTNC_SLOT_SINKS },
-  { "rope_freqs", ATTNC_SLOT_ROPE_FREQS },
+  { "rope_freqs", ATTNC_SLOT_ROPE_FREQS }, { "q_pos", ATTNC_SLOT_Q_POS }, { "k_pos", ATTNC_SLOT_K_POS },
   { "linear_q.weight", ATTNC_SLOT_WQ }, { "linear_q.bias", ATTNC_SLOT_BQ },
   { "linear_k.weight", ATTNC_SLOT_WK }, { "linear_k.bias", ATTNC_SLOT_BK },
   { "linear_v.weight", ATTNC_SLOT_WV }, { "linear_v.bias", ATTNC_SLOT_BV },
@@ -83,6 +83,8 @@ void attnc_bindings_free(attnc_bindings *b)
     free(b->packed[i]);
     free(b->conv[i]);
   }
+  free(b->pos[0]);
+  free(b->pos[1]);
   free(b->scratch);
   free(b->mask_u8);
   attnc_release(b->k);
@@ -128,6 +130,13 @@ static attnc_status check_dtype(const char *name, int slot, const attnc_tensor *
   const int matrix = slot == -2 || (slot >= 0 && attnc_slot_is_matrix(slot));
   const int scale = slot == -4 || slot >= ATTNC_SLOT_WQ_SCALE;
   if (slot == ATTNC_SLOT_MASK) return ATTNC_OK; /* a mask may have any dtype */
+  if (slot == ATTNC_SLOT_Q_POS || slot == ATTNC_SLOT_K_POS) {
+    if (t->dtype == ATTNC_I32 || t->dtype == ATTNC_I64 || t->dtype == ATTNC_I16 || t->dtype == ATTNC_I8 ||
+        t->dtype == ATTNC_U8 || t->dtype == ATTNC_U16 || t->dtype == ATTNC_U32 || t->dtype == ATTNC_U64)
+      return ATTNC_OK;
+    return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has dtype %s; positions are integers (I32 or I64)", name,
+                         attnc_dtype_name(t->dtype));
+  }
   if (matrix && g->wdtype == ATTNC_I8) {
     if (t->dtype == ATTNC_I8) return ATTNC_OK;
     return attnc_err_set(err, ATTNC_EBIND,
@@ -466,6 +475,67 @@ static attnc_status prepare_mask(attnc_bindings *b, attnc_error *err)
   return ATTNC_OK;
 }
 
+/* Element i of an integer tensor. */
+static long long int_at(const attnc_tensor *t, size_t i)
+{
+  switch (t->dtype) {
+  case ATTNC_I8: return ((const int8_t *)t->data)[i];
+  case ATTNC_I16: return ((const int16_t *)t->data)[i];
+  case ATTNC_I32: return ((const int32_t *)t->data)[i];
+  case ATTNC_U8: return ((const uint8_t *)t->data)[i];
+  case ATTNC_U16: return ((const uint16_t *)t->data)[i];
+  case ATTNC_U32: return ((const uint32_t *)t->data)[i];
+  case ATTNC_U64: return (long long)((const uint64_t *)t->data)[i];
+  default: return ((const int64_t *)t->data)[i];
+  }
+}
+
+/* q_pos (which 0) or k_pos (1), of shape (S) .. (batch axes..., S) aligned
+ * from the right like the mask, broadcast into a dense int64 copy of the
+ * full shape, which the kernel reads. */
+static attnc_status prepare_positions(attnc_bindings *b, int which, attnc_error *err)
+{
+  const attnc_shape *full = &b->k->gen.pos_shape[which];
+  const attnc_tensor *t = &b->t[which ? ATTNC_SLOT_K_POS : ATTNC_SLOT_Q_POS];
+  const char *name = which ? "k_pos" : "q_pos";
+  int64_t dims[ATTNC_MAX_RANK], stride[ATTNC_MAX_RANK], st = 1, n = 1, e;
+  int r = full->rank, m = t->rank, a;
+  char got[256];
+  attnc_status s;
+  attnc_bindings_shape_text(t->shape, t->rank, got, sizeof got);
+  if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has no data", name);
+  if ((s = attnc_bindings_check_aligned(name, t, err)) != ATTNC_OK) return s;
+  for (a = 0; a < r; a++) dims[a] = resolve(b, full->dim[a]);
+  if (m < 1 || m > r)
+    return attnc_err_set(err, ATTNC_EBIND, "%s %s must have between 1 and %d dims: (batch axes..., %s), aligned from the right", name, got, r,
+                         which ? "Sk" : "Sq");
+  for (a = r - 1; a >= 0; a--) stride[a] = 0;
+  for (a = m - 1; a >= 0; a--) {
+    const int fa = r - (m - a); /* the full axis this one aligns with */
+    if (t->shape[a] != dims[fa] && (t->shape[a] != 1 || fa == r - 1))
+      return attnc_err_set(err, ATTNC_EBIND, "%s %s: axis %d is %lld but must be %s%lld (dims align from the right)", name, got, a,
+                           (long long)t->shape[a], fa == r - 1 ? "" : "1 or ", (long long)dims[fa]);
+    stride[fa] = t->shape[a] == 1 ? 0 : st;
+    st *= t->shape[a];
+  }
+  for (a = 0; a < r; a++) n *= dims[a];
+  if ((size_t)n > b->pos_n[which] || !b->pos[which]) {
+    long long *p = realloc(b->pos[which], sizeof *p * (size_t)(n > 0 ? n : 1));
+    if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory for %s", name);
+    b->pos[which] = p;
+    b->pos_n[which] = (size_t)n;
+  }
+  for (e = 0; e < n; e++) { /* element e of the full shape -> its source element */
+    int64_t rest = e, src = 0;
+    for (a = r - 1; a >= 0; a--) {
+      src += (rest % dims[a]) * stride[a];
+      rest /= dims[a];
+    }
+    b->pos[which][e] = int_at(t, (size_t)src);
+  }
+  return ATTNC_OK;
+}
+
 /* Rows (elements / last dim) of the tensor of signature sh, in double. */
 static double rows_of(const attnc_bindings *b, const attnc_shape *sh)
 {
@@ -538,6 +608,9 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
     if (!b->dim_set[d]) return attnc_err_set(err, ATTNC_EMISSING, "named dim %s is not bound", g->dim_names[d]);
   s = check_work(b, err);
   if (s != ATTNC_OK) return s;
+  for (i = 0; i < 2; i++)
+    if (g->has_positions && b->from[i ? ATTNC_SLOT_K_POS : ATTNC_SLOT_Q_POS] && (s = prepare_positions(b, i, err)) != ATTNC_OK)
+      return s;
   if (g->has_mask) {
     if (!b->from[ATTNC_SLOT_MASK])
       return attnc_err_set(err, ATTNC_EMISSING, "missing tensor 'mask' (the spec has mask=key)");

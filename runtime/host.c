@@ -392,6 +392,7 @@ attnc_dtype attnc_slot_dtype(const attnc_gen *g, int slot)
   if (slot == ATTNC_SLOT_MASK) return ATTNC_U8;
   if (attnc_slot_is_matrix(slot)) return g->wdtype;
   if (slot >= ATTNC_SLOT_WQ_SCALE || slot == ATTNC_SLOT_ROPE_FREQS) return ATTNC_F32;
+  if (slot == ATTNC_SLOT_Q_POS || slot == ATTNC_SLOT_K_POS) return ATTNC_I64;
   return g->dtype;
 }
 
@@ -515,6 +516,17 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   if (lua_istable(L, -1)) {
     g->has_lse = 1;
     read_shape(L, g, &g->lse);
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, t, "positions");
+  if (lua_istable(L, -1)) {
+    g->has_positions = 1;
+    lua_getfield(L, -1, "q");
+    read_shape(L, g, &g->pos_shape[0]);
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "k");
+    read_shape(L, g, &g->pos_shape[1]);
+    lua_pop(L, 1);
   }
   lua_pop(L, 1);
   lua_getfield(L, t, "attn");

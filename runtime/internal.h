@@ -53,6 +53,8 @@ typedef struct attnc_gen {
   attnc_shape attn;
   int rope, rope_dim;      /* 0 none, 1 neox, 2 gptj; r */
   int pe;                  /* sinusoidal positional encoding of x (and kv) */
+  int has_positions;       /* q_pos, k_pos may be bound: their full shapes (batch axes..., S) */
+  attnc_shape pos_shape[2];
   double rope_theta;
   attnc_shape lse;
 } attnc_gen;
@@ -128,6 +130,8 @@ struct attnc_bindings {
   char from_buf[ATTNC_SLOT_COUNT][96];
   attnc_tensor in_proj_w, in_proj_b, in_proj_s; /* in_proj_weight, _bias, and weight_scale (int8) */
   attnc_tensor lse, attn; /* the outputs lse and attn, when bound (attnc_bind_output) */
+  long long *pos[2];      /* q_pos, k_pos broadcast to dense (batch elements, S) int64 */
+  size_t pos_n[2];
   int has_lse, has_attn;
   int has_in_proj_w, has_in_proj_b, has_in_proj_s;
   int64_t dims[64];

@@ -31,7 +31,7 @@ static attnc_status convert_tensors(attnc_bindings *b, attnc_args *args, attnc_e
     const attnc_tensor *t = &b->t[slot];
     const attnc_dtype kd = attnc_slot_dtype(&b->k->gen, slot);
     size_t n = 1;
-    if (!b->k->gen.used[slot] || !b->from[slot] || slot == ATTNC_SLOT_MASK || t->dtype == kd) continue;
+    if (!b->k->gen.used[slot] || !b->from[slot] || slot == ATTNC_SLOT_MASK || t->dtype == kd || kd == ATTNC_I64) continue;
     if (slot >= ATTNC_SLOT_WQ && b->conv_from[slot] == t->data && b->conv[slot]) {
       args->t[slot] = b->conv[slot];
       continue;
@@ -131,6 +131,10 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
   for (i = 0; i < ATTNC_SLOT_COUNT; i++)
     if (b->k->gen.used[i] && b->from[i]) args.t[i] = b->t[i].data; /* an unbound optional input stays NULL */
   if ((s = convert_tensors(b, &args, err)) != ATTNC_OK) return s;
+  if (b->k->gen.has_positions) { /* the dense int64 copies attnc_output_shape made */
+    args.t[ATTNC_SLOT_Q_POS] = b->from[ATTNC_SLOT_Q_POS] ? b->pos[0] : NULL;
+    args.t[ATTNC_SLOT_K_POS] = b->from[ATTNC_SLOT_K_POS] ? b->pos[1] : NULL;
+  }
   if (b->k->gen.has_mask) {
     args.t[ATTNC_SLOT_MASK] = b->mask_u8;
     memcpy(args.mask_stride, b->mask_stride, sizeof args.mask_stride);

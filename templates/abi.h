@@ -16,10 +16,12 @@
  * the generator use (gen/emit.lua reads these lists from this file). */
 
 /* The tensors a kernel may read, in slot order (the _SCALE slots: the F32
- * per-output-row scales of int8 weights, weights=int8). */
+ * per-output-row scales of int8 weights, weights=int8; Q_POS and K_POS:
+ * explicit positions, dense int64 (batch elements, S), NULL for the
+ * defaults). */
 #define ATTNC_SLOT_LIST(ENTRY) \
   ENTRY(X, x) ENTRY(KV, kv) ENTRY(BIAS, bias) ENTRY(MASK, mask) ENTRY(Q, q) ENTRY(K, k) ENTRY(V, v) ENTRY(SINKS, sinks) \
-  ENTRY(ROPE_FREQS, rope_freqs) \
+  ENTRY(ROPE_FREQS, rope_freqs) ENTRY(Q_POS, q_pos) ENTRY(K_POS, k_pos) \
   ENTRY(WQ, wq) ENTRY(BQ, bq) ENTRY(WK, wk) ENTRY(BK, bk) ENTRY(WV, wv) ENTRY(BV, bv) \
   ENTRY(WG, wg) ENTRY(BG, bg) ENTRY(WO, wo) ENTRY(BO, bo) \
   ENTRY(WQ_SCALE, wq_scale) ENTRY(WK_SCALE, wk_scale) ENTRY(WV_SCALE, wv_scale) ENTRY(WG_SCALE, wg_scale) \
@@ -61,7 +63,8 @@ typedef struct attnc_tile {
    * that has any runs its attention without the attend primitive) */
   float softcap;        /* > 0: s = softcap * tanh(s / softcap), after the scale */
   const float *slope;   /* ALiBi: head hh adds slope[hh] * (j - (i + pos_off)); or NULL */
-  long pos_off;         /* query position i + pos_off, key position j */
+  long pos_off;         /* query position i + pos_off, key position j (without q_pos, k_pos) */
+  const long long *qpos, *kpos; /* explicit positions of this batch element's queries and keys, or NULL */
   const float *sink;    /* sinks: head hh's sink logit at sink[hh]; or NULL */
   float *lse;           /* row r's log-sum-exp at lse[hh * lse_h + r / q_group]; or NULL */
   long lse_h;

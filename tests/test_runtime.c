@@ -508,6 +508,55 @@ static void test_runtime_lse_output(void **state)
   attnc_release(k);
 }
 
+/* q_pos and k_pos: integers of shape (S) or (batch..., S), broadcast from
+ * the right; ALiBi reads only their differences, so positions shifted by
+ * 100 give the default positions' bits; a float, a wrong length or a
+ * batch axis that is neither 1 nor the batch's is refused. */
+static void test_runtime_positions(void **state)
+{
+  float x[2 * 3 * 8], w[64], out0[48], out1[48];
+  int32_t q32[3] = { 100, 101, 102 };
+  int64_t k64[2 * 3] = { 100, 101, 102, 100, 101, 102 }, bad4[4] = { 0 };
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha x=2,3,8 heads=2 qkv_bias=false out_bias=false alibi=2 causal", NULL, &e);
+  attnc_tensor tx = t3(2, 3, 8, x), to0 = t3(2, 3, 8, out0), to1 = t3(2, 3, 8, out1);
+  attnc_tensor tq = t2(3, 1, q32), tk = t2(2, 3, k64), tf = t2(3, 1, x), tb = t2(4, 1, bad4), tb2 = t2(3, 3, k64);
+  static const char *const names[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
+  attnc_bindings *b;
+  int i, pass;
+  (void)state;
+  tq.rank = tf.rank = tb.rank = 1;
+  tq.dtype = ATTNC_I32;
+  tk.dtype = tb.dtype = tb2.dtype = ATTNC_I64;
+  tb2.shape[0] = 3; /* (3, 3): axis 0 is neither 1 nor the batch 2 */
+  for (i = 0; i < 48; i++) x[i] = (float)((i * 7 % 11) - 5) / 5.0f;
+  for (i = 0; i < 64; i++) w[i] = (float)((i * 5 % 13) - 6) / 10.0f;
+  for (pass = 0; pass < 2; pass++) {
+    b = attnc_bindings_new(k);
+    assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+    for (i = 0; i < 4; i++) {
+      attnc_tensor tw = t2(8, 8, w);
+      assert_int_equal(attnc_bind(b, names[i], &tw, &e), ATTNC_OK);
+    }
+    if (pass == 1) {
+      assert_int_equal(attnc_bind(b, "q_pos", &tf, &e), ATTNC_EBIND);
+      assert_non_null(strstr(e.message, "positions are integers"));
+      assert_int_equal(attnc_bind(b, "q_pos", &tb, &e), ATTNC_OK);
+      assert_int_equal(attnc_output_shape(b, NULL, &e), ATTNC_EBIND);
+      assert_non_null(strstr(e.message, "q_pos (4): axis 0 is 4 but must be 3"));
+      assert_int_equal(attnc_bind(b, "q_pos", &tq, &e), ATTNC_OK); /* (Sq), I32: every batch element */
+      assert_int_equal(attnc_bind(b, "k_pos", &tb2, &e), ATTNC_OK);
+      assert_int_equal(attnc_output_shape(b, NULL, &e), ATTNC_EBIND);
+      assert_non_null(strstr(e.message, "must be 1 or 2"));
+      assert_int_equal(attnc_bind(b, "k_pos", &tk, &e), ATTNC_OK); /* (B, Sk), I64 */
+    }
+    assert_int_equal(attnc_run(b, pass ? &to1 : &to0, &e), ATTNC_OK);
+    attnc_bindings_free(b);
+  }
+  assert_memory_equal(out0, out1, sizeof out0);
+  attnc_release(k);
+}
+
 /* Inputs bound in another dtype are converted on every run (their data
  * may change between runs), and F64 data meets an f32 kernel rounded once,
  * as the caller's own cast to float would round it. */
@@ -748,6 +797,7 @@ int main(void)
     cmocka_unit_test(test_runtime_rounds_to_16_bits),
     cmocka_unit_test(test_runtime_int8_weights),
     cmocka_unit_test(test_runtime_lse_output),
+    cmocka_unit_test(test_runtime_positions),
     cmocka_unit_test(test_runtime_rebind_repacks),
     cmocka_unit_test(test_runtime_safetensors_prefix),
     cmocka_unit_test(test_runtime_dump_dir),
