@@ -23,7 +23,7 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
   attnc_safetensors *f;
   attnc_kernel *k;
   attnc_bindings *b;
-  attnc_tensor out, want;
+  attnc_tensor out, want, lse;
   double *got, *exp_;
   size_t n, m, where;
   double worst, atol, rtol;
@@ -48,7 +48,31 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
   for (int a = 0; a < out.rank; a++) n *= (size_t)out.shape[a];
   out.data = malloc(n * attnc_dtype_size(out.dtype) + 1);
   assert_non_null(out.data);
+  memset(&lse, 0, sizeof lse);
+  if (attnc_output_info(b, "lse", &lse, &e) == ATTNC_OK) { /* the spec has lse: the file has PyTorch's logsumexp */
+    size_t nl = 1;
+    for (int a = 0; a < lse.rank; a++) nl *= (size_t)lse.shape[a];
+    lse.data = malloc(nl * sizeof(float) + 1);
+    assert_non_null(lse.data);
+    assert_int_equal(attnc_bind_output(b, "lse", &lse, &e), ATTNC_OK);
+  }
   assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+  if (lse.data) {
+    attnc_tensor want_lse;
+    size_t nl = 0, ml = 0, wl = 0;
+    double *gl, *wlse;
+    assert_int_equal(attnc_st_find(f, "lse", &want_lse), ATTNC_OK);
+    gl = tu_to_double(&lse, &nl);
+    wlse = tu_to_double(&want_lse, &ml);
+    assert_int_equal(nl, ml);
+    if (tu_compare(gl, wlse, nl, 1e-5, 1e-4, &wl) > 1) {
+      fprintf(stderr, "MISMATCH %s lse element %zu: got %.9g want %.9g\n", name, wl, gl[wl], wlse[wl]);
+      fails = 1;
+    }
+    free(gl);
+    free(wlse);
+    free(lse.data);
+  }
   got = tu_to_double(&out, &n);
   exp_ = tu_to_double(&want, &m);
   assert_int_equal(n, m);

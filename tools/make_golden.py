@@ -24,6 +24,13 @@
 # zero/uniform/nan, mode=core, dtype f32/f64/bf16/f16.  Masking is an exact -inf
 # fill with explicit handling of rows that see no key (no -1e8 trick).
 #
+# The v2 cases (rope, alibi, softcap, sinks, lse, pe) follow the model
+# families' own code (Hugging Face's rotate_half, GPT-J's rotate_every_two,
+# the ALiBi paper's slopes as BLOOM builds them, Gemma 2's tanh cap,
+# gpt-oss's sink column, the tutorial's SinusoidalPositionalEncoding); the
+# loop implementation does not cover them, and attnc's own float64
+# reference (check/reference.c) is their second implementation.
+#
 # Every case is checked against a second, loop-by-loop numpy implementation
 # written independently of the torch one (it indexes the original layout
 # instead of moving axes); a few plain cases are also checked against
@@ -69,7 +76,7 @@ torch.set_default_dtype(torch.float64)
 # --------------------------------------------------------------------------
 
 PRESETS = ("alphafold", "mha", "mqa", "gqa")
-FLAGS = ("gated", "global", "causal", "qkv_bias", "out_bias")
+FLAGS = ("gated", "global", "causal", "qkv_bias", "out_bias", "alibi", "sinks", "lse")
 
 
 def parse_shape(text, dims):
@@ -129,6 +136,19 @@ def parse_spec(spec, dims):
     p["mask"] = m == "key"
     b = raw.pop("bias", None)
     p["bias"] = parse_shape(b, dims) if b else None
+    # v2: positions and score modifiers, written the way the model families write them
+    p["rope"] = raw.pop("rope", "none")
+    p["rope_dim"] = int(raw["rope_dim"]) if "rope_dim" in raw else None
+    raw.pop("rope_dim", None)
+    p["rope_theta"] = float(raw.pop("rope_theta", "10000"))
+    p["softcap"] = float(raw.pop("softcap")) if "softcap" in raw else None
+    a = raw.pop("alibi", None)
+    p["alibi"] = None if a is None else (8.0 if a == "true" else float(a))
+    p["sinks"] = parse_bool(raw.pop("sinks", "false"))
+    p["lse"] = parse_bool(raw.pop("lse", "false"))
+    p["pe"] = raw.pop("pe", "none")
+    p["v2"] = (p["rope"] != "none" or p["softcap"] is not None or p["alibi"] is not None or p["sinks"]
+               or p["lse"] or p["pe"] != "none")
 
     if p["mode"] == "core":
         q = parse_shape(raw.pop("q"), dims)
@@ -201,25 +221,95 @@ def visibility(p, Sq, Sk):
     return allowed
 
 
-def attend(p, q, k, v, bias, mask):
-    """q (*, H, Sq', c), k and v (*, G or 1, Sk, c) -> o (*, H, Sq', c), empty count."""
+# ---- v2 keys, each in the form its model family's code has ----------------
+
+def sinusoidal_pe(length, d):
+    """The MHA tutorial seed's SinusoidalPositionalEncoding table (length, d)."""
+    pe = torch.zeros(length, d)
+    position = torch.arange(0, length, dtype=torch.float64).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def rotate_half(x):
+    """Hugging Face's Llama/NeoX rotate_half."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_every_two(x):
+    """GPT-J's interleaved rotation."""
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def apply_rope(p, x, pos):
+    """x (*, heads, S, c) at positions pos (S): the first rope_dim features rotated."""
+    r = p["rope_dim"] or x.shape[-1]
+    inv_freq = 1.0 / (p["rope_theta"] ** (torch.arange(0, r, 2, dtype=torch.float64) / r))
+    freqs = torch.outer(pos.double(), inv_freq)
+    rot, rest = x[..., :r], x[..., r:]
+    if p["rope"] == "neox":
+        emb = torch.cat((freqs, freqs), dim=-1)
+        rot = rot * emb.cos().to(x.dtype) + rotate_half(rot) * emb.sin().to(x.dtype)
+    else:
+        cos, sin = freqs.cos().repeat_interleave(2, dim=-1), freqs.sin().repeat_interleave(2, dim=-1)
+        rot = rot * cos.to(x.dtype) + rotate_every_two(rot) * sin.to(x.dtype)
+    return torch.cat((rot, rest), dim=-1)
+
+
+def alibi_slopes(n):
+    """The ALiBi paper's slopes (max_bias 8), as BLOOM builds them."""
+    def power_of_2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        return [start * start ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + alibi_slopes(2 * closest)[0::2][: n - closest]
+
+
+def attend(p, q, k, v, bias, mask, sinks=None):
+    """q (*, H, Sq', c), k and v (*, G or 1, Sk, c) -> o (*, H, Sq', c), empty count.
+    v2: rope on q and k, softcap, ALiBi, a sink column (gpt-oss); the lse in p["_lse"]."""
     H, G = q.shape[-3], k.shape[-3]
+    Sq_, Sk_ = q.shape[-2], k.shape[-2]
+    qpos = torch.arange(Sq_) + (Sk_ - Sq_ if (p["mode"] == "core" or not p.get("cross")) else 0)
+    kpos = torch.arange(Sk_)
+    if p["rope"] != "none":
+        q, k = apply_rope(p, q, qpos), apply_rope(p, k, kpos)
     if G != H:  # GQA / MQA: query head h uses kv head h // (H/G)
         k = k.repeat_interleave(H // G, dim=-3)
         v = v.repeat_interleave(H // G, dim=-3)
     q = q * p["scale"]
     a = torch.einsum('...qc,...kc->...qk', q, k)
+    if p["softcap"] is not None:  # Gemma 2: tanh(logits / cap) * cap, after the scale
+        a = torch.tanh(a / p["softcap"]) * p["softcap"]
     if bias is not None:
         bias_batch_shape = bias.shape[:-3]
         bias_bc_shape = bias_batch_shape + (1,) * (a.ndim - len(bias_batch_shape) - 3) + bias.shape[-3:]
         bias = bias.view(bias_bc_shape)
         a = a + bias
+    if p["alibi"] is not None:  # BLOOM: slope[h] * (key position - query position)
+        assert p["alibi"] == 8.0, "the paper's slopes are for max_bias 8"
+        slopes = torch.tensor(alibi_slopes(H), dtype=a.dtype)
+        a = a + slopes.view(H, 1, 1) * (kpos.view(1, 1, -1) - qpos.view(1, -1, 1)).to(a.dtype)
     allowed = visibility(p, a.shape[-2], a.shape[-1])
     if mask is not None:
         allowed = allowed & (mask != 0)[..., None, None, :]
     allowed = allowed.expand(a.shape)
     a = a.masked_fill(~allowed, float("-inf"))
     empty = ~allowed.any(dim=-1, keepdim=True)
+    if sinks is not None:  # gpt-oss: a sink column joins the softmax and is dropped after it
+        col = sinks.view(H, 1, 1).to(a.dtype).expand(a.shape[:-1] + (1,))
+        ext = torch.cat((a, col), dim=-1)
+        p["_lse"] = torch.logsumexp(ext, dim=-1)
+        w = torch.softmax(ext, dim=-1)[..., :-1]
+        o = torch.einsum('...qk,...kc->...qc', w, v)
+        return o, int(empty.sum())
+    p["_lse"] = torch.logsumexp(a, dim=-1)
     w = torch.softmax(a, dim=-1)
     Sk = a.shape[-1]
     fill = {"zero": 0.0, "uniform": 1.0 / Sk, "nan": float("nan")}[p["empty_rows"]]
@@ -232,9 +322,13 @@ def forward_torch(p, t):
     """t: dict of float64 tensors (weights by role, inputs). Returns out, #empty rows."""
     mask = t.get("mask")
     if p["mode"] == "core":
-        return attend(p, t["q"], t["k"], t["v"], t.get("bias"), mask)
+        return attend(p, t["q"], t["k"], t["v"], t.get("bias"), mask, t.get("sinks"))
     x = t["x"]
     kvin = t["kv"] if p["cross"] else x
+    if p["pe"] != "none":  # the tutorial's encoding, added along the attention axis before the projections
+        ad = p["attn_dim"]
+        x = (x.movedim(ad, -2) + sinusoidal_pe(x.shape[ad], x.shape[-1]).to(x.dtype)).movedim(-2, ad)
+        kvin = (kvin.movedim(ad, -2) + sinusoidal_pe(kvin.shape[ad], kvin.shape[-1]).to(kvin.dtype)).movedim(-2, ad) if p["cross"] else x
     ad, H, c = p["attn_dim"], p["H"], p["c"]
 
     def lin(inp, role):
@@ -267,7 +361,7 @@ def forward_torch(p, t):
         q = q.view(q.shape[:-1] + (H, -1)).transpose(-2, -3)
         k = k.view(k.shape[:-1] + (p["G"], -1)).transpose(-2, -3)
         v = v.view(v.shape[:-1] + (p["G"], -1)).transpose(-2, -3)
-    o, nempty = attend(p, q, k, v, t.get("bias"), mask)
+    o, nempty = attend(p, q, k, v, t.get("bias"), mask, t.get("sinks"))
     o = o.transpose(-3, -2)
     o = torch.flatten(o, start_dim=-2)
     o = o.moveaxis(-2, ad)
@@ -624,6 +718,29 @@ case("core_logits330_f32",
      dyadic330=True,
      note="f32 logits up to ~330 (exp overflows without max subtraction); q,k integers so logits are exact in f32")
 
+# ---- v2: positions and score modifiers, as the model families write them ----
+case("v2_llama_rope",
+     "gqa x=2,9,32 heads=4 kv_heads=2 causal rope=neox qkv_bias=false out_bias=false",
+     names="hf", note="Llama: Hugging Face's rotate_half RoPE on q and k, GQA, causal")
+case("v2_gptj_partial_rope",
+     "mha x=2,7,32 heads=2 rope=gptj rope_dim=8 rope_theta=500000 causal",
+     names="hf", note="GPT-J: interleaved rotary on the first 8 of 16 features, theta 500000")
+case("v2_bloom_alibi6",
+     "mha x=2,8,24 heads=6 alibi causal",
+     names="hf", note="BLOOM: the ALiBi paper's slopes for 6 heads (not a power of two)")
+case("v2_gemma_softcap",
+     "gqa x=2,7,32 heads=4 kv_heads=2 softcap=2.0 causal",
+     names="hf", note="Gemma 2: tanh(logits / 2) * 2 after the scale")
+case("v2_gptoss_sinks_lse",
+     "gqa x=2,8,32 heads=4 kv_heads=2 sinks lse causal window=3,0 mask=key",
+     names="hf", mask_fn=("pad", [8, 5]), note="gpt-oss: a sink column per head, sliding window, padding; lse beside out")
+case("v2_tutorial_pe",
+     "mha x=2,9,16 heads=2 pe=sinusoidal mask=key",
+     names="hf", mask_fn=("pad", [9, 6]), note="the MHA tutorial seed's SinusoidalPositionalEncoding added to x")
+case("v2_core_rope_lse",
+     "mha mode=core q=1,4,5,16 kv=1,4,9,16 rope=neox rope_theta=500000 lse causal=bottom_right",
+     note="core mode: rotary at positions i + Sk - Sq for the queries, lse")
+
 # ---- 16-bit storage ----------------------------------------------------------
 case("bf16_mha_causal_mask",
      "mha x=2,9,32 heads=4 causal mask=key dtype=bf16",
@@ -715,6 +832,8 @@ def build(cs):
             t["bg"] = 0.3 * torch.randn(H * c, generator=gen)
     if p["bias"] is not None:
         t["bias"] = torch.randn(p["bias"], generator=gen)
+    if p["sinks"]:
+        t["sinks"] = torch.randn(p["H"], generator=gen)
     if p["mask"]:
         t["mask"] = make_mask(cs, p, gen)
     # round to the case's dtype first; the truth is computed from the rounded values
@@ -757,7 +876,7 @@ WEIGHT_NAMES = {
     "hf": {"wq": "q_proj.weight", "bq": "q_proj.bias", "wk": "k_proj.weight", "bk": "k_proj.bias",
            "wv": "v_proj.weight", "bv": "v_proj.bias", "wo": "o_proj.weight", "bo": "o_proj.bias"},
 }
-INPUTS = ("x", "kv", "bias", "mask", "q", "k", "v")
+INPUTS = ("x", "kv", "bias", "mask", "q", "k", "v", "sinks")
 
 
 def named_weights(cs, p, t):
@@ -864,6 +983,8 @@ PyTorch's threaded kernels may sum in another order).  Do not edit by hand.
   the batch and is then right-aligned);
 * `out`: the expected output, always F64 (the float64 truth computed from the
   stored, already rounded inputs).  NaN where `empty_rows=nan`.
+* `lse` (cases with the key lse): PyTorch's logsumexp of each row's final
+  logits (its sink column included), F64, (batch axes..., H, Sq).
 * `out_torch` (bf16 cases): PyTorch's own result with every tensor in
   bfloat16 (its CPU ops round q, k, v, P and o to bf16), as F64, so that a
   test can show attnc's error beside PyTorch's.  f16 cases have none:
@@ -893,8 +1014,11 @@ def main():
         p, t, gen = build(cs)
         out, nempty = forward_torch(p, t)
         assert tuple(out.shape) == output_shape(p), (out.shape, output_shape(p))
-        loops = forward_loops(p, t)
-        d = same_with_nan(out.numpy(), loops, 1e-12)
+        if p["v2"]:  # v2 keys: the family-style torch code alone here; test_golden holds attnc's reference to it too
+            d = float("nan")
+        else:
+            loops = forward_loops(p, t)
+            d = same_with_nan(out.numpy(), loops, 1e-12)
         assert (nempty > 0) == bool(cs.get("expect_empty")), (cs["name"], nempty)
         if cs.get("torch_check"):
             torch_mha_check(p, t)
@@ -922,6 +1046,8 @@ def main():
             mask_dtypes.add(md)
             tensors.append(("mask", md, t["mask"].numpy() != 0 if md == "BOOL" else t["mask"].numpy()))
         tensors.append(("out", "F64", out.numpy()))
+        if p["lse"]:
+            tensors.append(("lse", "F64", p["_lse"].numpy()))
         if p["dtype"] == "bf16":
             # PyTorch's own bf16 result on the same tensors (its CPU ops in
             # bf16 round q, k, v, the weights P and o), beside the truth
