@@ -240,8 +240,12 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
         return NULL;
       }
       pb->t.data = pb->mem;
-      for (e = 0; e < n; e++) { /* positions up to 5000, in any order */
-        const long long v = (long long)((uniform(&rng) * 0.5 + 0.5) * 5000);
+      long long at = 0;
+      for (e = 0; e < n; e++) { /* increasing along each row, from a random start below 4000, steps of 1 to 3 (packed or offset sequences) */
+        long long v;
+        if (e % (size_t)shape[rank - 1] == 0) at = (long long)((uniform(&rng) * 0.5 + 0.5) * 4000);
+        at += 1 + (long long)((uniform(&rng) * 0.5 + 0.5) * 2.999);
+        v = at;
         if (narrow) ((int32_t *)pb->mem)[e] = (int32_t)v;
         else ((int64_t *)pb->mem)[e] = v;
         pb->ref[e] = (double)v;

@@ -226,6 +226,12 @@ function M.schedule(p)
   -- with any, attention runs in the C loops (the projections still use
   -- the primitives), and the paths built around the primitive are off
   k.attend = k.prims and not (p.softcap or p.alibi or p.sinks or p.lse or p.weights_out)
+  -- alibi, sinks and lse alone: the attend primitive runs as for a key
+  -- split (o unnormalised, with each row's max and sum) and the kernel
+  -- finishes the rows: the sink joins the sum, lse = m + log l; ALiBi's
+  -- key term is a bias table (slope * key position) and its query term,
+  -- constant along a row, moves to m (softmax does not see it)
+  k.finish = k.prims and not k.attend and not p.softcap and not p.weights_out and not (p.alibi and p.has_bias)
   -- a short query against many keys (decoding): split the keys, then combine
   k.split = k.attend and not p.global and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
   -- whole batch elements, or one kv head of one, per attend item, projections included

@@ -357,6 +357,9 @@ static void test_kernels_fast_form_decides(void **s)
     { "mha mode=core q=1,1,32,16 kv=1,S,8,16 layout=bshc", "k_t", 0 },     /* a decoding step reads them as they are */
     /* score modifiers and lse: attention in the C loops, projections on the primitives */
     { "mha x=B,S,64 heads=4 softcap=30", "P->attend", 0 },
+    { "mha x=B,S,64 heads=4 softcap=30", "attend_finish", 0 },  /* the primitive takes no softcap yet */
+    { "mha mode=core q=B,4,S,16 alibi sinks lse", "attend_finish", 1 }, /* the primitive, then the rows finished */
+    { "mha x=B,S,64 heads=4 alibi bias=B,4,S,S", "attend_finish", 0 }, /* ALiBi's table would replace the bias */
     { "mha x=B,S,64 heads=4 softcap=30", "P->linear", 1 },
     { "mha x=B,S,64 heads=4 softcap=30", "tanhf(", 1 },
     { "mha x=B,S,64 heads=4", "tanhf(", 0 },
