@@ -78,9 +78,13 @@ static void fill(float *p, size_t n, uint64_t seed, float amp)
  * shared table.  Returns 0, or fails the test. */
 static void work_init(work *w, attnc_kernel *k, int64_t B, int64_t S, unsigned seed, int threads)
 {
-  static const char *const names[ATTNC_SLOT_COUNT] = {
-    "x", "kv", "bias", "mask", "q", "k", "v", "sinks", "rope_freqs", "linear_q.weight", "linear_q.bias", "linear_k.weight", "linear_k.bias",
-    "linear_v.weight", "linear_v.bias", "linear_g.weight", "linear_g.bias", "linear_o.weight", "linear_o.bias"
+  static const char *const names[ATTNC_SLOT_COUNT] = { /* by slot, so that new slots cannot shift them */
+    [ATTNC_SLOT_X] = "x", [ATTNC_SLOT_KV] = "kv", [ATTNC_SLOT_BIAS] = "bias", [ATTNC_SLOT_MASK] = "mask",
+    [ATTNC_SLOT_Q] = "q", [ATTNC_SLOT_K] = "k", [ATTNC_SLOT_V] = "v",
+    [ATTNC_SLOT_WQ] = "linear_q.weight", [ATTNC_SLOT_BQ] = "linear_q.bias", [ATTNC_SLOT_WK] = "linear_k.weight",
+    [ATTNC_SLOT_BK] = "linear_k.bias", [ATTNC_SLOT_WV] = "linear_v.weight", [ATTNC_SLOT_BV] = "linear_v.bias",
+    [ATTNC_SLOT_WG] = "linear_g.weight", [ATTNC_SLOT_BG] = "linear_g.bias", [ATTNC_SLOT_WO] = "linear_o.weight",
+    [ATTNC_SLOT_BO] = "linear_o.bias",
   };
   const attnc_gen *g = attnc_kernel_gen(k);
   attnc_error e;
@@ -94,6 +98,7 @@ static void work_init(work *w, attnc_kernel *k, int64_t B, int64_t S, unsigned s
     const attnc_shape *sh = slot == ATTNC_SLOT_MASK ? &g->mask : &g->shape[slot];
     size_t n = 1;
     if (!g->used[slot]) continue;
+    if (!names[slot]) fail_msg("the stress test binds no tensor for slot %s", attnc_slot_name(slot));
     memset(&t, 0, sizeof t);
     t.dtype = slot == ATTNC_SLOT_MASK ? ATTNC_U8 : ATTNC_F32;
     t.rank = sh->rank;
