@@ -59,10 +59,29 @@ struct cli {
   int64_t dim_values[MAX_DIMS];
   int ndims;
   unsigned long seed;
-  int print_name, header, json, threads, runs, plain;
+  int print_name, header, json, threads, runs, plain, allow_unused;
   long warmup_ms; /* bench: warm up this long (-1: the default) */
   attnc_backend backend;
 };
+
+/* Edit distance (insertions, deletions, substitutions, swaps of two
+ * neighbours), for "did you mean". */
+static int edit_distance(const char *a, const char *b)
+{
+  int la = (int)strlen(a), lb = (int)strlen(b), i, j, d[34][34];
+  if (la > 32 || lb > 32) return 99;
+  for (i = 0; i <= la; i++) d[i][0] = i;
+  for (j = 0; j <= lb; j++) d[0][j] = j;
+  for (i = 1; i <= la; i++)
+    for (j = 1; j <= lb; j++) {
+      int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v) v = d[i - 2][j - 2] + 1;
+      d[i][j] = v;
+    }
+  return d[la][lb];
+}
 
 static void print_error(const attnc_error *e)
 {
@@ -97,6 +116,9 @@ static const char *help_for(const char *cmd)
            "                      ATTNC_BACKEND, else tcc\n"
            "  --threads N         threads for the run (default ATTNC_THREADS, else all CPUs)\n"
            "  --plain             run the plain form (one thread, one function per step)\n"
+           "  --allow-unused      ignore inputs the spec does not read (kv, mask, bias, ...):\n"
+           "                      without it they are an error, since the result would\n"
+           "                      silently differ from the model's\n"
            "  --save-attn FILE    write the attention weights (batch axes..., H, Sq, Sk) as the\n"
            "                      tensor `attn` (the kernel's own: weights_out)\n"
            "  --heatmap FILE.svg  draw them, one panel per head for the first batch index, as a\n"
@@ -270,6 +292,7 @@ static int parse_args(struct cli *c, int argc, char **argv)
     else if (strcmp(a, "--header") == 0) c->header = 1;
     else if (strcmp(a, "--json") == 0) c->json = 1;
     else if (strcmp(a, "--plain") == 0) c->plain = 1;
+    else if (strcmp(a, "--allow-unused") == 0) c->allow_unused = 1;
     else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(help_for(c->cmd), stdout); return -1; }
     else {
       fprintf(stderr, "attnc: error: unknown or incomplete option '%s' for '%s'\n%s", a, c->cmd, help_for(c->cmd));
@@ -484,11 +507,92 @@ static int cmd_explain(struct cli *c)
 
 /* ---- run ---- */
 
-/* Bind --dim, --threads and every --tensors file to b. 0, or 1 (printed). */
+/* The spec key that would read input `name`, for the unused-input error. */
+static const char *key_reading(const char *name)
+{
+  static const struct { const char *name, *key; } keys[] = {
+    { "x", "full mode (x=...)" }, { "kv", "kv=SHAPE (cross-attention)" }, { "bias", "bias=SHAPE" },
+    { "mask", "mask=key" }, { "q", "mode=core" }, { "k", "mode=core" }, { "v", "mode=core" },
+    { "sinks", "sinks" }, { "rope_freqs", "rope=neox or rope=gptj" }, { "q_pos", "rope, alibi or pe" },
+    { "k_pos", "rope, alibi or pe" },
+  };
+  size_t i;
+  for (i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (strcmp(keys[i].name, name) == 0) return keys[i].key;
+  return NULL;
+}
+
+/* Weight prefixes present in f (what precedes a weight's name), nearest
+ * to `prefix` first, into buf. */
+static void prefixes_present(attnc_safetensors **files, int nfiles, const char *prefix, char *buf, size_t n)
+{
+  char seen[16][160];
+  int ns = 0, f, a, b2;
+  size_t len = 0, i;
+  buf[0] = '\0';
+  for (f = 0; f < nfiles; f++)
+    for (i = 0; i < attnc_st_count(files[f]); i++) {
+      const char *name = attnc_st_name(files[f], i);
+      size_t p;
+      for (p = 1; name[p]; p++)
+        if (name[p - 1] == '.' && attnc_bindings_lookup_name(name + p) >= ATTNC_SLOT_WQ && p < sizeof seen[0]) {
+          int dup = 0;
+          for (a = 0; a < ns; a++) dup |= strncmp(seen[a], name, p) == 0 && seen[a][p] == '\0';
+          if (!dup && ns < 16) {
+            memcpy(seen[ns], name, p);
+            seen[ns++][p] = '\0';
+          }
+          break;
+        }
+    }
+  for (a = 0; a < ns; a++) /* nearest first */
+    for (b2 = a + 1; b2 < ns; b2++)
+      if (edit_distance(seen[b2], prefix) < edit_distance(seen[a], prefix)) {
+        char t[160];
+        memcpy(t, seen[a], sizeof t);
+        memcpy(seen[a], seen[b2], sizeof t);
+        memcpy(seen[b2], t, sizeof t);
+      }
+  for (a = 0; a < ns && len + 4 < n; a++)
+    len += (size_t)snprintf(buf + len, n - len, "%s'%s'", a ? ", " : "", seen[a]);
+}
+
+/* Bind --dim, --threads and every --tensors file to b. 0, or 1 (printed).
+ * An input the spec does not read is an error (unless --allow-unused),
+ * and so is a --prefix that no tensor starts with. */
 static int bind_inputs(struct cli *c, attnc_bindings *b, attnc_safetensors **files)
 {
   attnc_error e;
   int i;
+  if (c->prefix && *c->prefix) {
+    int found = 0;
+    size_t j;
+    for (i = 0; i < c->nfiles && !found; i++)
+      for (j = 0; j < attnc_st_count(files[i]) && !found; j++)
+        found = strncmp(attnc_st_name(files[i], j), c->prefix, strlen(c->prefix)) == 0;
+    if (!found) {
+      char list[1200];
+      prefixes_present(files, c->nfiles, c->prefix, list, sizeof list);
+      fprintf(stderr, "attnc: error: --prefix '%s' matches no tensor in the --tensors files%s%s\n", c->prefix,
+              list[0] ? "; weight prefixes present, nearest first: " : " (they hold no weights under a prefix)", list);
+      return 1;
+    }
+  }
+  if (!c->allow_unused) {
+    const attnc_gen *g = &b->k->gen;
+    size_t j;
+    for (i = 0; i < c->nfiles; i++)
+      for (j = 0; j < attnc_st_count(files[i]); j++) {
+        const char *name = attnc_st_name(files[i], j);
+        const int slot = attnc_bindings_lookup_name(name);
+        if (slot >= 0 && slot < ATTNC_SLOT_WQ && !g->used[slot]) {
+          fprintf(stderr, "attnc: error: %s holds the input '%s', which this spec does not read (%s would): the result would "
+                          "silently differ from the model's; fix the spec, or pass --allow-unused to ignore it\n",
+                  c->files[i], name, key_reading(name) ? key_reading(name) : "another spec");
+          return 1;
+        }
+      }
+  }
   for (i = 0; i < c->ndims; i++)
     if (attnc_bind_dim(b, c->dim_names[i], c->dim_values[i], &e) != ATTNC_OK) { print_error(&e); return 1; }
   if (c->threads && attnc_bindings_set_threads(b, c->threads, &e) != ATTNC_OK) { print_error(&e); return 1; }
@@ -901,6 +1005,20 @@ done:
   return rc;
 }
 
+/* The command nearest to a mistyped one (at most 2 edits), or NULL. */
+static const char *nearest_command(const char *cmd)
+{
+  static const char *const cmds[] = { "run", "check", "gen", "show", "quantize", "explain", "bench" };
+  const char *best = NULL;
+  int best_d = 3;
+  size_t i;
+  for (i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    int dd = edit_distance(cmd, cmds[i]);
+    if (dd < best_d) { best_d = dd; best = cmds[i]; }
+  }
+  return best;
+}
+
 int main(int argc, char **argv)
 {
   struct cli c;
@@ -916,7 +1034,11 @@ int main(int argc, char **argv)
   c.cmd = argv[1];
   help = help_for(c.cmd);
   if (!help) {
-    fprintf(stderr, "attnc: error: unknown command '%s'\n%s", c.cmd, USAGE);
+    const char *near = nearest_command(c.cmd);
+    if (near)
+      fprintf(stderr, "attnc: error: unknown command '%s' (did you mean '%s'?); attnc --help lists the commands\n", c.cmd, near);
+    else
+      fprintf(stderr, "attnc: error: unknown command '%s'\n%s", c.cmd, USAGE);
     return 2;
   }
   if ((rc = parse_args(&c, argc, argv)) != 0) {

@@ -1410,6 +1410,44 @@ static void test_cli_run_int8_and_bf16(void **state)
 #undef SPEC8
 }
 
+/* Guard rails (issue 30): a mistyped command suggests the nearest; an
+ * input the spec does not read is an error (the run would silently differ
+ * from the model) unless --allow-unused; a --prefix that matches nothing
+ * says so and lists the prefixes present, nearest first. */
+static void test_cli_guard_rails(void **state)
+{
+  st_tensor t[16];
+  char names[16][96];
+  cli_result r;
+  int n, m;
+  (void)state;
+  CLI(r, "chek", "mha x=B,S,8 heads=2");
+  EXPECT_FAIL(r, "a mistyped command");
+  EXPECT_HAS(r, r.err, "unknown command 'chek' (did you mean 'check'?)", "the nearest command");
+  EXPECT_LACKS(r, r.err, "commands:", "not the whole help");
+  cli_free(&r);
+
+  n = run_weights(t, names, "af", "layers.0.", NULL);
+  m = run_weights(t + n, names + n, "af", "layers.1.", NULL);
+  t[n + m] = tens("x", X134, 3, 1, 3, 4);
+  t[n + m + 1] = tens("mask", X134, 2, 1, 3, 0); /* the spec has no mask=key */
+  st_write("guard.safetensors", t, n + m + 2);
+  CLI(r, "run", RUN_SPEC, "--tensors", "guard.safetensors", "--out", "guard_out.safetensors", "--prefix", "layers.0.");
+  EXPECT_FAIL(r, "an input the spec does not read");
+  EXPECT_HAS(r, r.err, "holds the input 'mask', which this spec does not read (mask=key would)", "names the tensor and key");
+  cli_free(&r);
+  CLI(r, "run", RUN_SPEC, "--tensors", "guard.safetensors", "--out", "guard_out.safetensors", "--prefix", "layers.0.",
+      "--allow-unused");
+  EXPECT_EXIT0(r, "--allow-unused");
+  cli_free(&r);
+  CLI(r, "run", RUN_SPEC, "--tensors", "guard.safetensors", "--out", "guard_out.safetensors", "--prefix", "layer.1.",
+      "--allow-unused");
+  EXPECT_FAIL(r, "a prefix that matches nothing");
+  EXPECT_HAS(r, r.err, "--prefix 'layer.1.' matches no tensor", "says the prefix matched nothing");
+  EXPECT_HAS(r, r.err, "nearest first: 'layers.1.', 'layers.0.'", "lists the prefixes, nearest first");
+  cli_free(&r);
+}
+
 static void test_cli_run_alphafold_names(void **state) { (void)state; run_scheme("af", "w_af.safetensors", "out_af.safetensors"); }
 static void test_cli_run_hf_names(void **state) { (void)state; run_scheme("hf", "w_hf.safetensors", "out_hf.safetensors"); }
 static void test_cli_run_torch_names(void **state) { (void)state; run_scheme("torch", "w_torch.safetensors", "out_torch.safetensors"); }
@@ -1565,7 +1603,9 @@ static void expect_out(const char *outfile, int rows, const double *want, const 
   free(o);
 }
 
-/* Tensors the spec does not use are ignored. */
+/* Weights the spec does not use, and other tensors, are ignored; an input
+ * it does not read (kv in a self-attention spec) is an error unless
+ * --allow-unused (guard rail 1 of issue 30). */
 static void test_cli_run_ignores_unused(void **state)
 {
   static const float TWO[2] = { 9, 9 };
@@ -1580,7 +1620,11 @@ static void test_cli_run_ignores_unused(void **state)
   t[n++] = tens("kv", X134, 3, 1, 3, 4);                  /* self-attention has no kv */
   st_write("w_unused.safetensors", t, n);
   CLI(r, "run", RUN_SPEC, "--tensors", "w_unused.safetensors", "--out", "out_unused.safetensors");
-  EXPECT_EXIT0(r, "run with unused tensors");
+  EXPECT_FAIL(r, "run with an unused input");
+  EXPECT_HAS(r, r.err, "holds the input 'kv', which this spec does not read", "names the unused input");
+  cli_free(&r);
+  CLI(r, "run", RUN_SPEC, "--tensors", "w_unused.safetensors", "--out", "out_unused.safetensors", "--allow-unused");
+  EXPECT_EXIT0(r, "run with unused tensors and --allow-unused");
   cli_free(&r);
   expect_rows_bias("out_unused.safetensors", 1, 3);
 }
@@ -1891,6 +1935,7 @@ int main(void)
     cmocka_unit_test(test_cli_run_bf16_checkpoint),
     cmocka_unit_test(test_cli_quantize),
     cmocka_unit_test(test_cli_run_int8_and_bf16),
+    cmocka_unit_test(test_cli_guard_rails),
     cmocka_unit_test(test_cli_show_plain),
     cmocka_unit_test(test_cli_plain_gen_run_check),
     cmocka_unit_test(test_cli_show_bytecode_equals_text),
