@@ -59,7 +59,7 @@ struct cli {
   int64_t dim_values[MAX_DIMS];
   int ndims;
   unsigned long seed;
-  int print_name, header, json, threads, runs, plain, allow_unused;
+  int print_name, header, json, threads, runs, plain, allow_unused, quiet;
   long warmup_ms; /* bench: warm up this long (-1: the default) */
   attnc_backend backend;
 };
@@ -116,6 +116,8 @@ static const char *help_for(const char *cmd)
            "                      ATTNC_BACKEND, else tcc\n"
            "  --threads N         threads for the run (default ATTNC_THREADS, else all CPUs)\n"
            "  --plain             run the plain form (one thread, one function per step)\n"
+           "  --quiet             print nothing on success (else one line on stderr: kernel,\n"
+           "                      dims, outputs, milliseconds)\n"
            "  --allow-unused      ignore inputs the spec does not read (kv, mask, bias, ...):\n"
            "                      without it they are an error, since the result would\n"
            "                      silently differ from the model's\n"
@@ -293,6 +295,7 @@ static int parse_args(struct cli *c, int argc, char **argv)
     else if (strcmp(a, "--json") == 0) c->json = 1;
     else if (strcmp(a, "--plain") == 0) c->plain = 1;
     else if (strcmp(a, "--allow-unused") == 0) c->allow_unused = 1;
+    else if (strcmp(a, "--quiet") == 0) c->quiet = 1;
     else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(help_for(c->cmd), stdout); return -1; }
     else {
       fprintf(stderr, "attnc: error: unknown or incomplete option '%s' for '%s'\n%s", a, c->cmd, help_for(c->cmd));
@@ -655,8 +658,11 @@ done:
   return rc;
 }
 
+static double now_ms(void);
+
 static int cmd_run(struct cli *c)
 {
+  double ran_ms = 0;
   attnc_kernel *k;
   attnc_bindings *b;
   attnc_safetensors *files[MAX_FILES];
@@ -693,8 +699,28 @@ static int cmd_run(struct cli *c)
     }
     for (o = 1; o < n_out; o++)
       if (attnc_bind_output(b, names[o], &outs[o], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
-    if (attnc_run(b, &outs[0], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
+    {
+      const double t0 = now_ms();
+      if (attnc_run(b, &outs[0], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
+      ran_ms = now_ms() - t0;
+    }
     if (attnc_st_write(c->out, n_out, names, outs, &e) != ATTNC_OK) { print_error(&e); goto run_done; }
+    if (!c->quiet) { /* one line: what ran, on what, what it wrote, how long */
+      const attnc_gen *g = &b->k->gen;
+      const int64_t *dv = attnc_bindings_dims(b);
+      char line[1024];
+      size_t len = (size_t)snprintf(line, sizeof line, "attnc: ran %s (%s, %s)", g->name,
+                                    attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc", c->plain ? "plain form" : "fast form");
+      for (i = 0; i < g->ndims && len < sizeof line; i++)
+        len += (size_t)snprintf(line + len, sizeof line - len, "%s%s=%lld", i ? " " : ", dims ", g->dim_names[i], (long long)dv[i]);
+      for (o = 0; o < n_out && len < sizeof line; o++) {
+        char shape[256];
+        attnc_bindings_shape_text(outs[o].shape, outs[o].rank, shape, sizeof shape);
+        len += (size_t)snprintf(line + len, sizeof line - len, "%s%s %s", o ? ", " : "; wrote ", names[o], shape);
+      }
+      if (len < sizeof line) snprintf(line + len, sizeof line - len, " to %s in %.2f ms", c->out, ran_ms);
+      fprintf(stderr, "%s\n", line);
+    }
     out.data = outs[0].data;
     outs[0].data = NULL;
   run_done:

@@ -1439,6 +1439,13 @@ static void test_cli_guard_rails(void **state)
   CLI(r, "run", RUN_SPEC, "--tensors", "guard.safetensors", "--out", "guard_out.safetensors", "--prefix", "layers.0.",
       "--allow-unused");
   EXPECT_EXIT0(r, "--allow-unused");
+  EXPECT_HAS(r, r.err, "attnc: ran ", "run says what it ran (guard rail 3)");
+  EXPECT_HAS(r, r.err, "wrote out (1, 3, 4) to guard_out.safetensors in ", "the outputs and the time");
+  cli_free(&r);
+  CLI(r, "run", RUN_SPEC, "--tensors", "guard.safetensors", "--out", "guard_out.safetensors", "--prefix", "layers.0.",
+      "--allow-unused", "--quiet");
+  EXPECT_EXIT0(r, "--quiet");
+  assert_string_equal(r.err, "");
   cli_free(&r);
   CLI(r, "run", RUN_SPEC, "--tensors", "guard.safetensors", "--out", "guard_out.safetensors", "--prefix", "layer.1.",
       "--allow-unused");
