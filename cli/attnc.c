@@ -1,6 +1,8 @@
 /* attnc: the command line.  Prints errors like a compiler:
  *   spec:LINE:COL: error: ...   for spec errors
  *   attnc: error: ...           for everything else */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +11,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "attnc.h"
 #include "internal.h"
@@ -34,6 +37,7 @@ static const char *USAGE =
   "  explain  canonical spec, tensors, bytes, FLOPs, scratch, arithmetic intensity\n"
   "  bench    time the kernel\n"
   "  quantize int8 projection weights with per-row scales (no SPEC)\n"
+  "  cache    list or clean the cc backend's kernel cache: attnc cache list|clean\n"
   "\n"
   "`attnc COMMAND --help` describes each.\n"
   "\n"
@@ -101,6 +105,12 @@ static int fail(const char *fmt, const char *arg)
 
 static const char *help_for(const char *cmd)
 {
+  if (strcmp(cmd, "cache") == 0)
+    return "usage: attnc cache list | attnc cache clean\n"
+           "The cc backend keeps compiled kernels in ATTNC_CACHE_DIR (default ~/.cache/attnc).\n"
+           "  list    every cached kernel (NAME-KEY.so) with its size and date, and the total\n"
+           "  clean   delete the kernels and spec index entries attnc wrote there (NAME-KEY.so,\n"
+           "          spec-KEY.idx); any other file in the folder is left alone\n";
   if (strcmp(cmd, "run") == 0)
     return "usage: attnc run SPEC --tensors FILE... --out FILE [--prefix P] [--dim NAME=N]...\n"
            "                [--backend tcc|cc] [--threads N] [--plain] [--save-attn FILE] [--heatmap FILE.svg]\n"
@@ -1034,7 +1044,7 @@ done:
 /* The command nearest to a mistyped one (at most 2 edits), or NULL. */
 static const char *nearest_command(const char *cmd)
 {
-  static const char *const cmds[] = { "run", "check", "gen", "show", "quantize", "explain", "bench" };
+  static const char *const cmds[] = { "run", "check", "gen", "show", "quantize", "explain", "bench", "cache" };
   const char *best = NULL;
   int best_d = 3;
   size_t i;
@@ -1043,6 +1053,65 @@ static const char *nearest_command(const char *cmd)
     if (dd < best_d) { best_d = dd; best = cmds[i]; }
   }
   return best;
+}
+
+/* 1 if base is a file the cc cache writes: NAME-KEY.so or spec-KEY.idx, KEY 16 hex digits. */
+static int cache_file(const char *base)
+{
+  size_t n = strlen(base), i;
+  const char *key;
+  if (n > 20 && strcmp(base + n - 3, ".so") == 0) key = base + n - 19;
+  else if (n == 25 && strncmp(base, "spec-", 5) == 0 && strcmp(base + 21, ".idx") == 0) key = base + 5;
+  else return 0;
+  if (key[-1] != '-') return 0;
+  for (i = 0; i < 16; i++)
+    if (!isxdigit((unsigned char)key[i])) return 0;
+  return 1;
+}
+
+/* attnc cache list | clean */
+static int cmd_cache(const char *what)
+{
+  char dir[3000];
+  DIR *d;
+  struct dirent *ent;
+  long kernels = 0, index = 0, removed = 0;
+  double bytes = 0;
+  if (!what || (strcmp(what, "list") != 0 && strcmp(what, "clean") != 0)) {
+    fprintf(stderr, "attnc: error: cache needs list or clean\n%s", help_for("cache"));
+    return 2;
+  }
+  if (attnc_cc_cache_dir(dir, sizeof dir) != 0) return fail("the cache folder's path is too long%s", "");
+  d = opendir(dir);
+  if (!d) {
+    if (errno == ENOENT) { printf("%s: no cache yet (nothing compiled with --backend cc)\n", dir); return 0; }
+    fprintf(stderr, "attnc: error: cannot open %s: %s\n", dir, strerror(errno));
+    return 1;
+  }
+  while ((ent = readdir(d)) != NULL) {
+    char path[4200];
+    struct stat st;
+    if (!cache_file(ent->d_name)) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (strcmp(what, "clean") == 0) {
+      if (unlink(path) == 0) { removed++; bytes += (double)st.st_size; }
+      else fprintf(stderr, "attnc: warning: cannot delete %s: %s\n", path, strerror(errno));
+      continue;
+    }
+    if (strncmp(ent->d_name, "spec-", 5) == 0) { index++; continue; }
+    {
+      char when[32];
+      strftime(when, sizeof when, "%Y-%m-%d %H:%M", localtime(&st.st_mtime));
+      printf("%-60s %10lld bytes  %s\n", ent->d_name, (long long)st.st_size, when);
+    }
+    kernels++;
+    bytes += (double)st.st_size;
+  }
+  closedir(d);
+  if (strcmp(what, "clean") == 0) printf("%s: deleted %ld files, %.0f bytes\n", dir, removed, bytes);
+  else printf("%s: %ld kernels, %.0f bytes; %ld spec index entries\n", dir, kernels, bytes, index);
+  return 0;
 }
 
 int main(int argc, char **argv)
@@ -1057,6 +1126,11 @@ int main(int argc, char **argv)
     return argc < 2 ? 2 : 0;
   }
   if (strcmp(argv[1], "--version") == 0) { printf("attnc %s\n", ATTNC_VERSION); return 0; }
+  if (strcmp(argv[1], "cache") == 0) {
+    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) { fputs(help_for("cache"), stdout); return 0; }
+    if (argc > 3) { fprintf(stderr, "attnc: error: cache takes one word, list or clean\n%s", help_for("cache")); return 2; }
+    return cmd_cache(argc > 2 ? argv[2] : NULL);
+  }
   c.cmd = argv[1];
   help = help_for(c.cmd);
   if (!help) {

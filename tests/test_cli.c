@@ -1455,6 +1455,51 @@ static void test_cli_guard_rails(void **state)
   cli_free(&r);
 }
 
+/* attnc cache list | clean (guard rail 5): lists the cc kernels, deletes
+ * only the files the cache writes (NAME-KEY.so, spec-KEY.idx). */
+static void test_cli_cache(void **state)
+{
+  char dir[PATH_MAX + 16], keep[PATH_MAX + 64], keep2[PATH_MAX + 64];
+  const char *old = getenv("ATTNC_CACHE_DIR");
+  char *saved = old ? strdup(old) : NULL;
+  cli_result r;
+  FILE *f;
+  (void)state;
+  snprintf(dir, sizeof dir, "%s/cache_t", g_dir);
+  setenv("ATTNC_CACHE_DIR", dir, 1);
+  CLI(r, "check", "mha x=B,S,16 heads=2 causal", "--backend", "cc");
+  EXPECT_EXIT0(r, "a cc kernel into a fresh cache");
+  cli_free(&r);
+  snprintf(keep, sizeof keep, "%s/notes.txt", dir);
+  snprintf(keep2, sizeof keep2, "%s/mine-1234.so", dir);
+  assert_non_null(f = fopen(keep, "w"));
+  fputs("not attnc's\n", f);
+  fclose(f);
+  assert_non_null(f = fopen(keep2, "w"));
+  fputs("not attnc's either\n", f);
+  fclose(f);
+  CLI(r, "cache", "list");
+  EXPECT_EXIT0(r, "cache list");
+  EXPECT_HAS(r, r.out, ": 1 kernels, ", "one kernel");
+  EXPECT_HAS(r, r.out, "1 spec index entries", "its index entry");
+  EXPECT_LACKS(r, r.out, "mine-1234.so", "not a cache file");
+  cli_free(&r);
+  CLI(r, "cache", "clean");
+  EXPECT_EXIT0(r, "cache clean");
+  EXPECT_HAS(r, r.out, "deleted 2 files", "the kernel and its index entry");
+  cli_free(&r);
+  assert_true(file_exists("cache_t/notes.txt"));
+  assert_true(file_exists("cache_t/mine-1234.so"));
+  CLI(r, "cache", "list");
+  EXPECT_HAS(r, r.out, ": 0 kernels, ", "empty after clean");
+  cli_free(&r);
+  CLI(r, "cache", "purge");
+  EXPECT_FAIL(r, "cache with another word");
+  cli_free(&r);
+  if (saved) { setenv("ATTNC_CACHE_DIR", saved, 1); free(saved); }
+  else unsetenv("ATTNC_CACHE_DIR");
+}
+
 static void test_cli_run_alphafold_names(void **state) { (void)state; run_scheme("af", "w_af.safetensors", "out_af.safetensors"); }
 static void test_cli_run_hf_names(void **state) { (void)state; run_scheme("hf", "w_hf.safetensors", "out_hf.safetensors"); }
 static void test_cli_run_torch_names(void **state) { (void)state; run_scheme("torch", "w_torch.safetensors", "out_torch.safetensors"); }
@@ -1943,6 +1988,7 @@ int main(void)
     cmocka_unit_test(test_cli_quantize),
     cmocka_unit_test(test_cli_run_int8_and_bf16),
     cmocka_unit_test(test_cli_guard_rails),
+    cmocka_unit_test(test_cli_cache),
     cmocka_unit_test(test_cli_show_plain),
     cmocka_unit_test(test_cli_plain_gen_run_check),
     cmocka_unit_test(test_cli_show_bytecode_equals_text),
