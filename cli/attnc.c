@@ -89,6 +89,11 @@ static int edit_distance(const char *a, const char *b)
 
 static void print_error(const attnc_error *e)
 {
+  const char *api = strstr(e->message, "(from attnc_bind_dim)");
+  if (api && !e->where[0]) { /* the C API's words for what the CLI calls --dim */
+    fprintf(stderr, "attnc: error: %.*s(from --dim)%s\n", (int)(api - e->message), e->message, api + 21);
+    return;
+  }
   if (e->where[0]) fprintf(stderr, "%s: error: %s\n", e->where, e->message);
   else fprintf(stderr, "attnc: error: %s\n", e->message);
 }

@@ -267,7 +267,7 @@ attnc_status attnc_bind_dim(attnc_bindings *b, const char *name, int64_t value, 
     return attnc_err_set(err, ATTNC_EBIND, "dim %s = %lld is out of range (1 .. 2^31-1)", name, (long long)value);
   b->dims[d] = value;
   b->dim_set[d] = 1;
-  snprintf(b->dim_from[d], sizeof b->dim_from[d], "--dim %s", name);
+  snprintf(b->dim_from[d], sizeof b->dim_from[d], "attnc_bind_dim"); /* the C API's words: the CLI says --dim itself */
   return ATTNC_OK;
 }
 
@@ -593,7 +593,7 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   g = &b->k->gen;
   /* named dims from the inputs, forgetting what an earlier call inferred */
   for (d = 0; d < g->ndims && d < 64; d++)
-    if (b->dim_set[d] && strncmp(b->dim_from[d], "--dim", 5) != 0) b->dim_set[d] = 0;
+    if (b->dim_set[d] && strcmp(b->dim_from[d], "attnc_bind_dim") != 0) b->dim_set[d] = 0;
   s = split_in_proj(b, err);
   if (s != ATTNC_OK) return s;
   for (i = 0; i < (int)(sizeof order / sizeof order[0]); i++) {

@@ -468,7 +468,7 @@ static void test_validation_named_dim_two_sizes(void **state)
   assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
   /* an explicit dim that disagrees with the inputs */
   assert_int_equal(attnc_bind_dim(b, "S", 4, &e), ATTNC_OK);
-  EXPECT_ERR(attnc_run(b, &out, &e), &e, ATTNC_EBIND, "tensor 'x' (2, 3, 8)", "axis 1 is 3", "dim S = 4", "from --dim S");
+  EXPECT_ERR(attnc_run(b, &out, &e), &e, ATTNC_EBIND, "tensor 'x' (2, 3, 8)", "axis 1 is 3", "dim S = 4", "from attnc_bind_dim");
   EXPECT_ERR(attnc_bind_dim(b, "S", 0, &e), &e, ATTNC_EBIND, "dim S = 0 is out of range");
   EXPECT_ERR(attnc_bind_dim(b, "S", -3, &e), &e, ATTNC_EBIND, "dim S = -3 is out of range");
   EXPECT_ERR(attnc_bind_dim(b, "S", (int64_t)1 << 31, &e), &e, ATTNC_EBIND, "dim S = 2147483648 is out of range");
