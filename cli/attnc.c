@@ -58,7 +58,7 @@ struct cli {
   char spec_name[512];
   const char *files[MAX_FILES];
   int nfiles;
-  const char *out, *prefix, *outdir, *diff, *save_attn, *heatmap;
+  const char *out, *prefix, *outdir, *diff, *save_attn, *heatmap, *name;
   const char *dim_names[MAX_DIMS];
   int64_t dim_values[MAX_DIMS];
   int ndims;
@@ -157,6 +157,9 @@ static const char *help_for(const char *cmd)
            "The header lists every tensor with its shape.  Existing files are replaced.\n"
            "  -o DIR              output folder, created if missing (its parent must exist)\n"
            "  --print-name        print only NAME (for build rules) instead of \"wrote ...\"\n"
+           "  --name NAME         the kernel's name when the spec has no name= (build rules pass\n"
+           "                      the spec file's name); a spec whose name= differs is an error,\n"
+           "                      and nothing is written\n"
            "  --plain             write the plain form: one function per step, one thread\n"
            "docs/aot.md has Makefile and CMake rules; docs/api.md the calling convention.\n";
   if (strcmp(cmd, "show") == 0)
@@ -310,6 +313,7 @@ static int parse_args(struct cli *c, int argc, char **argv)
     else if (strcmp(a, "--json") == 0) c->json = 1;
     else if (strcmp(a, "--plain") == 0) c->plain = 1;
     else if (strcmp(a, "--allow-unused") == 0) c->allow_unused = 1;
+    else if (strcmp(a, "--name") == 0 && v) { c->name = v; i++; }
     else if (strcmp(a, "--quiet") == 0) c->quiet = 1;
     else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(help_for(c->cmd), stdout); return -1; }
     else {
@@ -485,10 +489,33 @@ static int cmd_gen(struct cli *c)
   char *src = NULL, *hdr = NULL, canon[8192], path[4096];
   const char *name;
   int rc;
+  char *named = NULL;
+  const char *spec = c->spec;
   if (!c->outdir) return fail("gen needs -o DIR%s", "");
-  if (attnc_spec_canonical(c->spec, &o, canon, sizeof canon, &e) != ATTNC_OK ||
-      attnc_generate(c->spec, &o, &src, &hdr, &e) != ATTNC_OK) {
+  if (attnc_spec_canonical(c->spec, &o, canon, sizeof canon, &e) != ATTNC_OK) {
     print_error(&e);
+    return 1;
+  }
+  name = strstr(canon, " name=");
+  if (c->name && (!name || strcmp(name + 6, c->name) != 0)) {
+    /* --name: the spec's name unless it has none; a different name= is an error before anything is written */
+    named = malloc(strlen(c->spec) + strlen(c->name) + 16);
+    if (!named) return fail("out of memory%s", "");
+    sprintf(named, "%s\nname=%s", c->spec, c->name);
+    if (attnc_spec_canonical(named, &o, canon, sizeof canon, &e) != ATTNC_OK) {
+      if (strstr(e.message, "duplicate key 'name'"))
+        fprintf(stderr, "%s: error: the spec says %s but --name says %s: make them agree (nothing was written)\n",
+                c->spec_name[0] ? c->spec_name : "spec", name ? name + 1 : "another name", c->name);
+      else
+        print_error(&e);
+      free(named);
+      return 1;
+    }
+    spec = named;
+  }
+  if (attnc_generate(spec, &o, &src, &hdr, &e) != ATTNC_OK) {
+    print_error(&e);
+    free(named);
     return 1;
   }
   name = strstr(canon, " name=");
@@ -506,6 +533,7 @@ static int cmd_gen(struct cli *c)
   else if (!rc) printf("wrote %s/%s.c and %s/%s.h\n", c->outdir, name, c->outdir, name);
   free(src);
   free(hdr);
+  free(named);
   return rc;
 }
 

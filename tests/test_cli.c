@@ -1500,6 +1500,26 @@ static void test_cli_cache(void **state)
   else unsetenv("ATTNC_CACHE_DIR");
 }
 
+/* gen --name (guard rail 7): names a spec without name=; a spec whose
+ * name= differs is an error and nothing is written. */
+static void test_cli_gen_name(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "gen", "mha x=B,S,16 heads=2", "-o", "gen_name", "--name", "from_file", "--print-name");
+  EXPECT_EXIT0(r, "gen --name");
+  EXPECT_HAS(r, r.out, "from_file", "the name given");
+  cli_free(&r);
+  assert_true(file_exists("gen_name/from_file.c"));
+  assert_true(file_exists("gen_name/from_file.h"));
+  CLI(r, "gen", "mha x=B,S,16 heads=2 name=other", "-o", "gen_name2", "--name", "from_file");
+  EXPECT_FAIL(r, "gen --name against another name=");
+  EXPECT_HAS(r, r.err, "the spec says name=other but --name says from_file", "both names");
+  cli_free(&r);
+  assert_false(file_exists("gen_name2/other.c"));
+  assert_false(file_exists("gen_name2/from_file.c"));
+}
+
 static void test_cli_run_alphafold_names(void **state) { (void)state; run_scheme("af", "w_af.safetensors", "out_af.safetensors"); }
 static void test_cli_run_hf_names(void **state) { (void)state; run_scheme("hf", "w_hf.safetensors", "out_hf.safetensors"); }
 static void test_cli_run_torch_names(void **state) { (void)state; run_scheme("torch", "w_torch.safetensors", "out_torch.safetensors"); }
@@ -1989,6 +2009,7 @@ int main(void)
     cmocka_unit_test(test_cli_run_int8_and_bf16),
     cmocka_unit_test(test_cli_guard_rails),
     cmocka_unit_test(test_cli_cache),
+    cmocka_unit_test(test_cli_gen_name),
     cmocka_unit_test(test_cli_show_plain),
     cmocka_unit_test(test_cli_plain_gen_run_check),
     cmocka_unit_test(test_cli_show_bytecode_equals_text),
