@@ -26,6 +26,47 @@ static double value_at(const attnc_tensor *t, size_t i)
   return d;
 }
 
+/* An output besides out (lse, attn): its shape, an F32 buffer bound to b
+ * and a double buffer for the reference's values. */
+struct extra_out {
+  attnc_tensor t;
+  void *mem;
+  double *ref;
+  size_t n;
+};
+
+static attnc_status bind_extra(attnc_bindings *b, const char *name, struct extra_out *x, attnc_error *err)
+{
+  attnc_status s = attnc_output_info(b, name, &x->t, err);
+  int i;
+  if (s != ATTNC_OK) return s;
+  x->n = 1;
+  for (i = 0; i < x->t.rank; i++) x->n *= (size_t)x->t.shape[i];
+  x->t.data = x->mem = malloc(x->n * sizeof(float) + 1);
+  x->ref = malloc(x->n * sizeof(double) + 1);
+  if (!x->mem || !x->ref) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
+  return attnc_bind_output(b, name, &x->t, err);
+}
+
+/* Compare an extra output (F32 whatever the dtype) with the reference,
+ * within the dtype's bound or f32's, the looser; -inf, inf and NaN must
+ * match.  Raises *worst; names the worst element in r->err past 1. */
+static void compare_extra(const char *name, const struct extra_out *x, double atol, double rtol, double *worst,
+                          checker_result *r)
+{
+  size_t j;
+  for (j = 0; j < x->n; j++) {
+    const double got = ((const float *)x->mem)[j], want = x->ref[j];
+    const double tol = fmax(atol + rtol * fabs(want), 1e-5 + 1e-4 * fabs(want));
+    const double d = (isinf(want) || isnan(want) || isnan(got)) ? (got == want || (isnan(got) && isnan(want)) ? 0 : INFINITY)
+                                                                : fabs(got - want) / tol;
+    if (d > *worst) {
+      *worst = d;
+      if (d > 1) snprintf(r->err.message, sizeof r->err.message, "%s element %zu is %.9g, the reference %.9g", name, j, got, want);
+    }
+  }
+}
+
 /* DESIGN.md's accuracy bounds for a kernel's dtype: NMSE at most nmse, and
  * every element within atol + a_rms * rms + rtol * |r| (rms: the root mean
  * square of the reference). */
@@ -310,10 +351,7 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   attnc_tensor out;
   ref_problem p;
   ref_tensors rt;
-  attnc_tensor lse, attn;
-  void *lse_mem = NULL, *attn_mem = NULL;
-  double *ref_lse = NULL, *ref_attn = NULL;
-  size_t n_lse = 0, n_attn = 0;
+  struct extra_out lse, attn;
   double *ref_out = NULL, atol, rtol, a_rms, nmse_max, worst = 0, sum_d2 = 0, sum_r2 = 0;
   size_t n_finite = 0;
   void *out_mem = NULL;
@@ -322,6 +360,8 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
 
   memset(r, 0, sizeof *r);
   memset(&out, 0, sizeof out);
+  memset(&lse, 0, sizeof lse);
+  memset(&attn, 0, sizeof attn);
   ko.backend = o->backend;
   ko.threads = 0;
   ko.spec_name = o->spec_name;
@@ -345,32 +385,15 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   out.data = out_mem ? (char *)out_mem + (size_t)o->misalign * attnc_dtype_size(out.dtype) : NULL;
   ref_out = malloc(n * sizeof(double) + 1);
   if (!out.data || !ref_out) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
-  if (g->has_lse) { /* the second output: log-sum-exp per row */
-    r->status = attnc_output_info(b, "lse", &lse, &r->err);
-    if (r->status != ATTNC_OK) goto done;
-    n_lse = 1;
-    for (i = 0; i < lse.rank; i++) n_lse *= (size_t)lse.shape[i];
-    lse.data = lse_mem = malloc(n_lse * sizeof(float) + 1);
-    ref_lse = malloc(n_lse * sizeof(double) + 1);
-    if (!lse_mem || !ref_lse) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
-    if ((r->status = attnc_bind_output(b, "lse", &lse, &r->err)) != ATTNC_OK) goto done;
-  }
-  if (g->has_attn) { /* and the attention weights the kernel computed */
-    r->status = attnc_output_info(b, "attn", &attn, &r->err);
-    if (r->status != ATTNC_OK) goto done;
-    n_attn = 1;
-    for (i = 0; i < attn.rank; i++) n_attn *= (size_t)attn.shape[i];
-    attn.data = attn_mem = malloc(n_attn * sizeof(float) + 1);
-    ref_attn = malloc(n_attn * sizeof(double) + 1);
-    if (!attn_mem || !ref_attn) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
-    if ((r->status = attnc_bind_output(b, "attn", &attn, &r->err)) != ATTNC_OK) goto done;
-  }
+  /* the other outputs: log-sum-exp per row, the attention weights */
+  if (g->has_lse && (r->status = bind_extra(b, "lse", &lse, &r->err)) != ATTNC_OK) goto done;
+  if (g->has_attn && (r->status = bind_extra(b, "attn", &attn, &r->err)) != ATTNC_OK) goto done;
   r->status = attnc_run(b, &out, &r->err);
   if (r->status != ATTNC_OK) goto done;
 
   make_problem(g, bufs, &p, &rt);
-  rt.lse = ref_lse;
-  rt.weights = ref_attn;
+  rt.lse = lse.ref;
+  rt.weights = attn.ref;
   if (ref_attention(&p, &rt, ref_out) != 0) {
     r->status = attnc_err_set(&r->err, ATTNC_EGEN, "the reference rejected this problem");
     goto done;
@@ -410,38 +433,19 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   r->tol = atol + rtol * r->max_ref;
   r->atol = atol;
   r->rtol = rtol;
-  /* lse (F32 whatever the dtype), within the dtype's bound or f32's, the
-   * looser: -inf (a row that sees no key) must match */
-  for (j = 0; j < n_lse; j++) {
-    const double got = ((const float *)lse_mem)[j], want = ref_lse[j];
-    const double tol = fmax(atol + rtol * fabs(want), 1e-5 + 1e-4 * fabs(want));
-    const double d = (isinf(want) || isnan(want)) ? (got == want || (isnan(got) && isnan(want)) ? 0 : INFINITY)
-                                                   : fabs(got - want) / tol;
-    if (d > worst) {
-      worst = d;
-      if (d > 1) snprintf(r->err.message, sizeof r->err.message, "lse element %zu is %.9g, the reference %.9g", j, got, want);
-    }
-  }
-  r->n_lse = n_lse;
-  for (j = 0; j < n_attn; j++) { /* the weights: probabilities, within the same bound as lse */
-    const double got = ((const float *)attn_mem)[j], want = ref_attn[j];
-    const double tol = fmax(atol + rtol * fabs(want), 1e-5 + 1e-4 * fabs(want));
-    const double d = isnan(want) || isnan(got) ? (isnan(want) && isnan(got) ? 0 : INFINITY) : fabs(got - want) / tol;
-    if (d > worst) {
-      worst = d;
-      if (d > 1) snprintf(r->err.message, sizeof r->err.message, "attn element %zu is %.9g, the reference %.9g", j, got, want);
-    }
-  }
-  r->n_attn = n_attn;
+  compare_extra("lse", &lse, atol, rtol, &worst, r);
+  compare_extra("attn", &attn, atol, rtol, &worst, r);
+  r->n_lse = lse.n;
+  r->n_attn = attn.n;
   r->nmse = sum_r2 > 0 ? sum_d2 / sum_r2 : (sum_d2 > 0 ? INFINITY : 0);
   r->nmse_max = nmse_max;
   r->ok = worst <= 1 && r->nmse <= nmse_max;
 done:
   checker_inputs_free(in);
-  free(lse_mem);
-  free(ref_lse);
-  free(attn_mem);
-  free(ref_attn);
+  free(lse.mem);
+  free(lse.ref);
+  free(attn.mem);
+  free(attn.ref);
   free(out_mem);
   free(ref_out);
   attnc_bindings_free(b);
