@@ -357,6 +357,29 @@ static int64_t resolve(const attnc_bindings *b, int64_t d)
   return d > 0 ? d : b->dims[-d - 1];
 }
 
+/* A stacked 1-D tensor (in_proj_bias, in_proj_weight_scale) split into
+ * the q, k and v slots not bound on their own: rows[] values each. */
+static attnc_status split_rows(attnc_bindings *b, const attnc_tensor *t, const char *name, const char *what,
+                               const int *slots, const int64_t *rows, attnc_error *err)
+{
+  const size_t es = attnc_dtype_size(t->dtype);
+  const int64_t total = rows[0] + rows[1] + rows[2];
+  int64_t off = 0;
+  int i;
+  if (t->rank != 1 || t->shape[0] != total)
+    return attnc_err_set(err, ATTNC_EBIND, "%s must be (%lld)%s", name, (long long)total, what);
+  if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has no data", name);
+  for (i = 0; i < 3; i++) {
+    if (!b->from[slots[i]]) {
+      attnc_tensor v = { t->dtype, 1, { rows[i] }, (char *)t->data + (size_t)off * es };
+      b->t[slots[i]] = v;
+      b->from[slots[i]] = name;
+    }
+    off += rows[i];
+  }
+  return ATTNC_OK;
+}
+
 /* Split torch's stacked in_proj_weight [Wq; Wk; Wv] into three views. */
 static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
 {
@@ -385,40 +408,12 @@ static attnc_status split_in_proj(attnc_bindings *b, attnc_error *err)
       off += rows[i];
     }
   }
-  off = 0;
   if (b->has_in_proj_s && g->wdtype == ATTNC_I8) {
-    const attnc_tensor *t = &b->in_proj_s;
-    const size_t es = attnc_dtype_size(t->dtype);
-    const int slots_s[3] = { ATTNC_SLOT_WQ_SCALE, ATTNC_SLOT_WK_SCALE, ATTNC_SLOT_WV_SCALE };
-    if (t->rank != 1 || t->shape[0] != hc + 2 * gc)
-      return attnc_err_set(err, ATTNC_EBIND, "in_proj_weight_scale must be (%lld), one scale per row of in_proj_weight",
-                           (long long)(hc + 2 * gc));
-    if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'in_proj_weight_scale' has no data");
-    for (i = 0; i < 3; i++) {
-      if (!b->from[slots_s[i]]) {
-        attnc_tensor v = { t->dtype, 1, { rows[i] }, (char *)t->data + (size_t)off * es };
-        b->t[slots_s[i]] = v;
-        b->from[slots_s[i]] = "in_proj_weight_scale";
-      }
-      off += rows[i];
-    }
+    static const int slots_s[3] = { ATTNC_SLOT_WQ_SCALE, ATTNC_SLOT_WK_SCALE, ATTNC_SLOT_WV_SCALE };
+    attnc_status s = split_rows(b, &b->in_proj_s, "in_proj_weight_scale", ", one scale per row of in_proj_weight", slots_s, rows, err);
+    if (s != ATTNC_OK) return s;
   }
-  off = 0;
-  if (b->has_in_proj_b && g->qkv_bias) {
-    const attnc_tensor *t = &b->in_proj_b;
-    const size_t es = attnc_dtype_size(t->dtype);
-    if (t->rank != 1 || t->shape[0] != hc + 2 * gc)
-      return attnc_err_set(err, ATTNC_EBIND, "in_proj_bias must be (%lld)", (long long)(hc + 2 * gc));
-    if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor 'in_proj_bias' has no data");
-    for (i = 0; i < 3; i++) {
-      if (!b->from[slots_b[i]]) {
-        attnc_tensor v = { t->dtype, 1, { rows[i] }, (char *)t->data + (size_t)off * es };
-        b->t[slots_b[i]] = v;
-        b->from[slots_b[i]] = "in_proj_bias";
-      }
-      off += rows[i];
-    }
-  }
+  if (b->has_in_proj_b && g->qkv_bias) return split_rows(b, &b->in_proj_b, "in_proj_bias", "", slots_b, rows, err);
   return ATTNC_OK;
 }
 
