@@ -15,6 +15,15 @@ LDLIBS  := -llua5.4 -ltcc -ldl -lm -lpthread
 B := build
 DEB_PKGS := liblua5.4-dev libtcc-dev libcmocka-dev
 DEB_HEADERS := /usr/include/lua5.4/lua.h /usr/include/libtcc.h /usr/include/cmocka.h
+# The Python module (python/attnc) runs on Debian's python3 with numpy; the
+# build does not need them, and without them `make check-python` says so
+# and skips.
+DEB_PY_PKGS := python3 python3-numpy
+PYTHON3 ?= /usr/bin/python3
+PY_OK = { [ -x $(PYTHON3) ] && $(PYTHON3) -c 'import numpy' 2>/dev/null; }
+# where `make install` puts the package: Debian's python3 reads
+# $(PREFIX)/lib/python3.X/dist-packages for PREFIX=/usr/local and /usr
+PYTHON_SITE ?= $(shell [ -x $(PYTHON3) ] && $(PYTHON3) -c 'import sys; print("lib/python%d.%d/dist-packages" % sys.version_info[:2])' 2>/dev/null || echo lib/python3/dist-packages)
 
 ifeq ($(V),1)
 Q :=
@@ -31,21 +40,28 @@ LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 TESTS    := test_spec test_safetensors test_reference test_prims test_runtime test_kernels test_golden test_specs test_cli test_validation test_stress
 SPECS    := $(sort $(wildcard specs/*.attn))
 
-.PHONY: all deps demo test aot bench install clean example check-asan check-valgrind check-avx512-emu
+.PHONY: all deps demo test aot bench install clean example check-asan check-valgrind check-avx512-emu check-python
 all: deps $(B)/libattnc.a $(B)/libattnc.so $(B)/attnc
 
 # ---- set-up: install the Debian packages we build against ----
 deps: $(B)/.deps
 $(B)/.deps:
 	@missing=""; for h in $(DEB_HEADERS); do [ -f $$h ] || missing=1; done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "attnc: installing $(DEB_PKGS)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PKGS) >/dev/null || exit 1; \
-	  else \
-	    echo "attnc: missing build dependencies; run:"; \
-	    echo "  sudo apt-get install -y $(DEB_PKGS)"; exit 1; \
-	  fi; \
+	py=""; $(PY_OK) || py="$(DEB_PY_PKGS)"; \
+	root=""; [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && root=1; \
+	if [ -n "$$missing" ] && [ -n "$$root" ]; then \
+	  echo "attnc: installing $(DEB_PKGS) $$py"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PKGS) $$py >/dev/null || exit 1; \
+	elif [ -n "$$missing" ]; then \
+	  echo "attnc: missing build dependencies; run:"; \
+	  echo "  sudo apt-get install -y $(DEB_PKGS) $(DEB_PY_PKGS)"; exit 1; \
+	elif [ -n "$$py" ] && [ -n "$$root" ]; then \
+	  echo "attnc: installing $$py (for the Python module)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$py >/dev/null; } || \
+	    echo "attnc: could not install $$py: the build goes on, and make check-python will skip"; \
+	elif [ -n "$$py" ]; then \
+	  echo "attnc: no $(PYTHON3) with numpy: the build goes on, and make check-python will skip; to run it:"; \
+	  echo "  sudo apt-get install -y $(DEB_PY_PKGS)"; \
 	fi
 	@mkdir -p $(B) && touch $@
 
@@ -160,9 +176,31 @@ test: all $(TESTS:%=$(B)/tests/%)
 	@$(MAKE) --no-print-directory examples
 	@echo "== install into a temporary prefix, build a program with pkg-config (make install-check)"
 	@$(MAKE) --no-print-directory install-check
+	@$(MAKE) --no-print-directory check-python
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(B)/attnc sh tests/run_all.sh $(B) $(TESTS)
 	@$(MAKE) --no-print-directory check-avx512-emu
+
+# check-python: the Python module's tests (python/tests, unittest) on
+# Debian's python3 and numpy, against this build's library and CLI.  As root
+# a missing python3-numpy is installed with apt-get; where that cannot be
+# done, the step prints the command and skips, saying why.
+check-python: all
+	@echo "== the Python module: python/tests with $(PYTHON3) (make check-python)"
+	@why="installing it needs root"; \
+	if ! $(PY_OK) && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "attnc: installing $(DEB_PY_PKGS)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEB_PY_PKGS) >/dev/null; } || \
+	    why="apt-get install $(DEB_PY_PKGS) failed"; \
+	fi; \
+	if $(PY_OK); then \
+	  PYTHONPATH=$(CURDIR)/python ATTNC_LIB=$(CURDIR)/$(B)/libattnc.so ATTNC_CLI=$(CURDIR)/$(B)/attnc \
+	    ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache PYTHONDONTWRITEBYTECODE=1 \
+	    $(PYTHON3) -m unittest discover -v -s python/tests -t python/tests 2>&1 || exit 1; \
+	else \
+	  echo "check-python: SKIPPED: no $(PYTHON3) with numpy, and $$why; run:"; \
+	  echo "  sudo apt-get install -y $(DEB_PY_PKGS)"; \
+	fi
 
 # check-avx512-emu: the whole suite again, on a library whose AVX-512
 # primitives run on tests/avx512_emu.h's C model of their intrinsics, so
@@ -277,9 +315,16 @@ $(AOT_DIR)/obj/%.o: specs/%.attn $(B)/attnc
 	$(CC) $(AOT_CFLAGS) -c -o $@ $(AOT_DIR)/src/$$n.c
 
 # `make install PREFIX=/usr/local DESTDIR=`: the CLI, both libraries, the
-# header and a pkg-config file whose prefix is PREFIX (DESTDIR only stages).
+# header, a pkg-config file whose prefix is PREFIX (DESTDIR only stages),
+# and the Python package in $(PREFIX)/$(PYTHON_SITE)/attnc, told where
+# libattnc.so is by its _libpath.py.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/$(PYTHON_SITE)/attnc
+	install -m 644 python/attnc/__init__.py $(DESTDIR)$(PREFIX)/$(PYTHON_SITE)/attnc/__init__.py
+	printf '# Written by make install: the libattnc.so this package loads.\nLIBRARY = "%s"\n' \
+	    '$(PREFIX)/lib/libattnc.so' >$(DESTDIR)$(PREFIX)/$(PYTHON_SITE)/attnc/_libpath.py
+	chmod 644 $(DESTDIR)$(PREFIX)/$(PYTHON_SITE)/attnc/_libpath.py
 	install -m 755 $(B)/attnc $(DESTDIR)$(PREFIX)/bin/attnc
 	install -m 644 $(B)/libattnc.a $(DESTDIR)$(PREFIX)/lib/libattnc.a
 	install -m 755 $(B)/libattnc.so $(DESTDIR)$(PREFIX)/lib/libattnc.so
@@ -315,7 +360,7 @@ $(B)/examples/%: examples/%/main.c runtime/attnc.h $(B)/libattnc.a
 # pkg-config (shared and static) outside the source tree ----
 .PHONY: install-check
 install-check: all
-	$(Q)MAKE='$(MAKE)' sh tests/install_check.sh
+	$(Q)MAKE='$(MAKE)' PYTHON3='$(PYTHON3)' sh tests/install_check.sh
 
 # ---- fuzzing: libFuzzer harnesses (clang); see tests/fuzz/README.md ----
 FUZZ_SECONDS ?= 60

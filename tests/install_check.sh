@@ -16,6 +16,11 @@
 #    compiles a spec, reads attnc_source, runs the kernel once, releases it,
 #    and gets ATTNC_ESPEC with "did you mean 'heads'" for a misspelled key.
 # 4. The installed bin/attnc runs `gen` from TMP.
+# 5. The installed Python package (lib/python3.X/dist-packages/attnc) is
+#    imported from TMP with PYTHONPATH at that folder alone and no
+#    ATTNC_LIB: it must load the installed libattnc.so, compile, run, and
+#    raise attnc.Error with the position of a misspelled key.  Skipped,
+#    saying so, when PYTHON3 (default /usr/bin/python3) has no numpy.
 #
 # MAKE overrides make, CC the compiler (default cc).  As root, a missing
 # pkg-config is installed with apt-get (Debian package pkg-config).  Prints
@@ -31,6 +36,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 make_cmd=${MAKE:-make}
 cc=${CC:-cc}
+python3=${PYTHON3:-/usr/bin/python3}
 
 if ! command -v pkg-config >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -50,7 +56,7 @@ app=$tmp/app
 mkdir -p "$app"
 
 # A clean environment for what follows: no development overrides.
-unset ATTNC_SRC_DIR ATTNC_DUMP_DIR ATTNC_BACKEND ATTNC_CC_FLAGS 2>/dev/null || true
+unset ATTNC_SRC_DIR ATTNC_DUMP_DIR ATTNC_BACKEND ATTNC_CC_FLAGS ATTNC_LIB PYTHONPATH 2>/dev/null || true
 ATTNC_CACHE_DIR=$tmp/cache
 export ATTNC_CACHE_DIR
 
@@ -62,7 +68,12 @@ for f in bin/attnc lib/libattnc.a lib/libattnc.so include/attnc.h lib/pkgconfig/
 done
 grep -qx 'prefix=/opt/attnc' "$tmp/stage/opt/attnc/lib/pkgconfig/attnc.pc" ||
   fail "the staged attnc.pc does not say prefix=/opt/attnc (DESTDIR must not leak into it)"
-echo "  staged under DESTDIR; attnc.pc has prefix=/opt/attnc"
+staged_py=$(cd "$tmp/stage/opt/attnc" && ls -d lib/python3*/dist-packages/attnc 2>/dev/null | head -n 1)
+[ -n "$staged_py" ] && [ -f "$tmp/stage/opt/attnc/$staged_py/__init__.py" ] ||
+  fail "DESTDIR install did not write the Python package to /opt/attnc/lib/python3*/dist-packages/attnc"
+grep -qx 'LIBRARY = "/opt/attnc/lib/libattnc.so"' "$tmp/stage/opt/attnc/$staged_py/_libpath.py" ||
+  fail "the staged $staged_py/_libpath.py does not name /opt/attnc/lib/libattnc.so"
+echo "  staged under DESTDIR; attnc.pc has prefix=/opt/attnc; $staged_py/_libpath.py names /opt/attnc/lib/libattnc.so"
 
 echo "== make install PREFIX=$prefix"
 "$make_cmd" -s -C "$root" install PREFIX="$prefix" >"$tmp/install.log" 2>&1 ||
@@ -206,5 +217,42 @@ if [ "$name" != k1 ] || [ ! -f "$app/gen/k1.c" ] || [ ! -f "$app/gen/k1.h" ]; th
 fi
 "$cc" -std=c99 -Wall -Wextra -Werror -pedantic -c -o "$app/gen/k1.o" "$app/gen/k1.c" || fail "the generated kernel does not compile"
 echo "  wrote and compiled gen/k1.c"
+
+echo "== import attnc from $prefix (Python)"
+py_pkg=$(cd "$prefix" && ls -d lib/python3*/dist-packages/attnc 2>/dev/null | head -n 1)
+[ -n "$py_pkg" ] && [ -f "$prefix/$py_pkg/__init__.py" ] && [ -f "$prefix/$py_pkg/_libpath.py" ] ||
+  fail "make install did not write lib/python3*/dist-packages/attnc/{__init__,_libpath}.py"
+echo "  $py_pkg"
+if [ -x "$python3" ] && "$python3" -c 'import numpy' 2>/dev/null; then
+  PYTHONPATH=$prefix/${py_pkg%/attnc} PYTHONDONTWRITEBYTECODE=1 PREFIX_DIR=$prefix "$python3" - >py.log 2>&1 <<'EOF' ||
+import os
+import numpy as np
+import attnc
+
+prefix = os.environ["PREFIX_DIR"]
+print("module:", attnc.__file__)
+print("library:", attnc.library_path())
+assert attnc.__file__.startswith(prefix + "/"), "imported the wrong attnc"
+assert attnc.library_path() == prefix + "/lib/libattnc.so", "loaded the wrong libattnc.so"
+k = attnc.compile("mha x=B,S,8 heads=2 causal")
+t = {"x": np.arange(24, dtype=np.float32).reshape(1, 3, 8) / 10}
+for p in ("q", "k", "v", "o"):
+    t[p + "_proj.weight"] = np.zeros((8, 8), np.float32)
+    t[p + "_proj.bias"] = np.arange(1, 9, dtype=np.float32) / 4
+out = k.run(t)["out"]
+print("run: out %s == output bias: %s" % (out.shape, "yes" if (out == t["o_proj.bias"]).all() else "no"))
+try:
+    attnc.compile("mha x=B,S,8 haeds=2")
+except attnc.Error as e:
+    print("misspelled key: %s %s" % (e.status, e))
+EOF
+    { cat py.log; fail "the installed Python package did not import, compile or run"; }
+  sed 's/^/  /' py.log
+  grep -q '^run: out (1, 3, 8) == output bias: yes$' py.log || fail "the Python run did not compute the expected output"
+  grep -q "^misspelled key: ATTNC_ESPEC spec:1:13: error: unknown key 'haeds' (did you mean 'heads'?)\$" py.log ||
+    fail "the misspelled key did not raise attnc.Error with its position"
+else
+  echo "  skipped: no $python3 with numpy; run: sudo apt-get install -y python3 python3-numpy"
+fi
 
 echo "install check: OK"

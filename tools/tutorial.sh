@@ -59,3 +59,35 @@ step "5. Global attention (AlphaFold extra-MSA)" "$GLOBAL" "$GATED" "\`global\` 
 step "6. Cross-attention" "$CROSS" "$MHA" "\`kv=B,S,32\` takes keys and values from a second input of another length and width; \`mask=key\` adds the mask step, which gives padded keys a score of -inf, and the softmax learns what to do with a query that sees no key at all."
 step "7. Causal attention" "$CAUSAL" "$MHA" "\`causal\` hides key j from query i when j > i (\`causal=bottom_right\` aligns the last query with the last key, for KV caches).  In the plain form it is one more condition in the mask step; the fast form skips whole tiles above the diagonal."
 step "8. Sliding window" "$WINDOW" "$CAUSAL" "\`window=3,0\` also hides keys more than 3 positions back, as in Mistral: with causal, query i sees i-3 <= j <= i."
+
+# The Python section shows examples/python/attn_heatmap.py and the output
+# committed beside it (python/tests checks that the script still prints
+# exactly that), so this script needs neither Python nor numpy.
+EX=$(cd "$(dirname "$0")/.." && pwd)/examples/python
+cat <<'TXT'
+## 9. From Python: a heatmap of the attention weights
+
+The `attnc` Python module ([python.md](python.md)) compiles the same specs
+from a prompt or a notebook and runs them on numpy arrays.  The spec below
+adds `weights_out`, so the kernel also writes the attention probabilities it
+computed, which `run` returns as `attn` (B, H, Sq, Sk) beside `out`.  This
+is [examples/python/attn_heatmap.py](../examples/python/attn_heatmap.py),
+which needs numpy and nothing else (no matplotlib):
+
+```python
+TXT
+cat "$EX/attn_heatmap.py"
+cat <<'TXT'
+```
+
+Run it from the top of the tree after `make`; with a file name it also
+writes the heatmap as an SVG (grey cells are the ones the masks hide):
+
+```sh
+PYTHONPATH=python /usr/bin/python3 examples/python/attn_heatmap.py heatmap.svg
+```
+
+```text
+TXT
+cat "$EX/attn_heatmap.txt"
+echo '```'
