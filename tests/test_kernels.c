@@ -705,8 +705,23 @@ static void test_kernels_16_no_prims_tcc(void **s)
   unsetenv("ATTNC_NO_PRIMS");
 }
 
+/* A sweep that fails mid-way (cmocka jumps out of it) leaves the form,
+ * dtype and weights it set: put them back, so that the next test runs as
+ * it says. */
+static int reset_sweep(void **state)
+{
+  (void)state;
+  form = ATTNC_FORM_FAST;
+  dtype = NULL;
+  weights = NULL;
+  unsetenv("ATTNC_NO_PRIMS");
+  return 0;
+}
+
 int main(void)
 {
+#undef cmocka_unit_test
+#define cmocka_unit_test(f) cmocka_unit_test_teardown(f, reset_sweep)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_kernels_heads_tcc),    cmocka_unit_test(test_kernels_heads_cc),
     cmocka_unit_test(test_kernels_axes_tcc),     cmocka_unit_test(test_kernels_axes_cc),
