@@ -349,6 +349,27 @@ static void read_shape(lua_State *L, const attnc_gen *g, attnc_shape *sh)
   }
 }
 
+/* A number field of the table at idx, or 0 when it is not a number (false: off). */
+static double num_field(lua_State *L, int idx, const char *key)
+{
+  double v;
+  lua_getfield(L, idx, key);
+  v = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
+  lua_pop(L, 1);
+  return v;
+}
+
+/* An optional shape field of the table at idx into *sh: 1 when present. */
+static int opt_shape(lua_State *L, int idx, const char *key, const attnc_gen *g, attnc_shape *sh)
+{
+  int has;
+  lua_getfield(L, idx, key);
+  has = lua_istable(L, -1);
+  if (has) read_shape(L, g, sh);
+  lua_pop(L, 1);
+  return has;
+}
+
 #define KEY_(name, key) #key,
 static const char *const SLOT_KEYS[ATTNC_SLOT_COUNT] = { ATTNC_SLOT_LIST(KEY_) };
 static const char *const EMPTY_ROWS_KEYS[ATTNC_EMPTY_COUNT] = { ATTNC_EMPTY_ROWS_LIST(KEY_) };
@@ -498,26 +519,15 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   lua_getfield(L, sp, "scale");
   g->scale = lua_tonumber(L, -1);
   lua_pop(L, 1);
-  lua_getfield(L, sp, "softcap"); /* false when off */
-  g->softcap = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
-  lua_pop(L, 1);
-  lua_getfield(L, sp, "alibi");
-  g->alibi = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
-  lua_pop(L, 1);
+  g->softcap = num_field(L, sp, "softcap"); /* false when off: 0 */
+  g->alibi = num_field(L, sp, "alibi");
   g->sinks = (int)int_field(L, sp, "sinks");
   s = str_field(L, sp, "rope");
   g->rope = strcmp(s, "neox") == 0 ? 1 : strcmp(s, "gptj") == 0 ? 2 : 0;
   g->rope_dim = (int)int_field(L, sp, "rope_dim");
   g->pe = strcmp(str_field(L, sp, "pe"), "sinusoidal") == 0;
-  lua_getfield(L, sp, "rope_theta");
-  g->rope_theta = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
-  lua_pop(L, 1);
-  lua_getfield(L, t, "lse");
-  if (lua_istable(L, -1)) {
-    g->has_lse = 1;
-    read_shape(L, g, &g->lse);
-  }
-  lua_pop(L, 1);
+  g->rope_theta = num_field(L, sp, "rope_theta");
+  g->has_lse = opt_shape(L, t, "lse", g, &g->lse);
   lua_getfield(L, t, "positions");
   if (lua_istable(L, -1)) {
     g->has_positions = 1;
@@ -529,12 +539,7 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
-  lua_getfield(L, t, "attn");
-  if (lua_istable(L, -1)) {
-    g->has_attn = 1;
-    read_shape(L, g, &g->attn);
-  }
-  lua_pop(L, 1);
+  g->has_attn = opt_shape(L, t, "attn", g, &g->attn);
   lua_getfield(L, sp, "window");
   if (lua_istable(L, -1)) {
     g->has_window = 1;
