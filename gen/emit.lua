@@ -57,7 +57,7 @@ function M.widened(p)
     local kind
     if t.role == "matrix" then
       if p.weights ~= compute then kind = p.weights end
-    elseif t.role ~= "scale" and t.role ~= "optional" then
+    elseif t.role == "input" or t.role == "weight" then -- (caches, scales, cache_len and optional inputs are read as they are)
       kind = p.store
     end
     -- pe: x (and kv) copied with the positional encoding added

@@ -188,6 +188,26 @@ function M.plan(s, version)
     input("q_pos", q, "optional")
     input("k_pos", k, "optional")
   end
+  -- a KV cache (full-mode self-attention): k_cache and v_cache (batch
+  -- axes..., G, CAP, c) in kv_dtype, written in place; int8 scales per
+  -- stored row; cache_len, a scalar or one per batch element
+  p.cache = s.cache and true or false
+  if s.cache then
+    p.kv_dtype = s.kv_dtype
+    p.CAP = dim(s.cache)
+    local kc, ks = {}, {}
+    for _, d in ipairs(batch) do insert(kc, d); insert(ks, d) end
+    insert(kc, s.kv_heads); insert(kc, s.cache); insert(kc, s.head_dim)
+    insert(ks, s.kv_heads); insert(ks, s.cache)
+    input("k_cache", kc, "cache")
+    input("v_cache", kc, "cache")
+    if s.kv_dtype == "int8" then
+      input("k_cache_scale", ks, "cache_scale")
+      input("v_cache_scale", ks, "cache_scale")
+    end
+    input("cache_len", batch, "cache_len")
+    sig.cache = { kv = kc, scale = s.kv_dtype == "int8" and ks or nil, len = batch, dtype = s.kv_dtype }
+  end
   sig.mask = p.has_mask and { batch = batch, Sk = s.Sk } or nil
   -- the lse output: (batch axes..., H, Sq), Sq = 1 for global attention
   if s.lse then

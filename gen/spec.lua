@@ -35,6 +35,7 @@ local KEYS = {
   empty_rows = "enum", mode = "enum", dtype = "enum", name = "ident", layout = "enum",
   weights = "enum", softcap = "float", alibi = "float", sinks = "bool", lse = "bool",
   rope = "enum", rope_dim = "int", rope_theta = "float", weights_out = "bool", pe = "enum",
+  cache = "dim", kv_dtype = "enum",
 }
 local ENUMS = {
   preset = { "alphafold", "mha", "mqa", "gqa" },
@@ -46,6 +47,7 @@ local ENUMS = {
   layout = { "bhsc", "bshc" },
   dtype = { "f32", "f64", "bf16", "f16" },
   weights = { "int8", "f32", "f64", "bf16", "f16" },
+  kv_dtype = { "f32", "f64", "bf16", "f16", "int8" },
   rope = { "neox", "gptj", "none" },
   pe = { "sinusoidal", "none" },
 }
@@ -54,7 +56,7 @@ local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias =
 local KEY_ORDER = {
   "preset", "mode", "x", "kv", "q", "layout", "attn_dim", "heads", "kv_heads", "head_dim", "qkv_bias",
   "out_bias", "gated", "global", "global_mean", "bias", "mask", "causal", "window", "scale",
-  "empty_rows", "pe", "rope", "rope_dim", "rope_theta", "softcap", "alibi", "sinks", "lse", "weights_out", "dtype", "weights", "name",
+  "empty_rows", "pe", "rope", "rope_dim", "rope_theta", "softcap", "alibi", "sinks", "cache", "lse", "weights_out", "dtype", "weights", "kv_dtype", "name",
 }
 M.KEY_ORDER = KEY_ORDER
 
@@ -202,6 +204,9 @@ M.shape_str = shape_str
 local function parse_value(key, s, pos)
   local kind = KEYS[key]
   if kind == "shape" then return parse_shape(s, pos, key)
+  elseif kind == "dim" then -- one dim: a positive integer or a name
+    if smatch(s, ",") then fail(pos, "%s takes one dim (a number or a name such as CAP), got %s", key, show(s)) end
+    return parse_shape(s, pos, key)[1]
   elseif kind == "int" then return parse_int(s, pos, key)
   elseif kind == "float" then return parse_float(s, pos, key)
   elseif kind == "bool" then
@@ -270,7 +275,7 @@ local function read(text)
     end
     local vpos = { line = pos.line, col = pos.col + #k + 1 }
     if k == "preset" and not smatch(w.text, "=") then vpos = pos end
-    raw[k] = { value = parse_value(k, v, vpos), pos = vpos, keypos = pos, text = v }
+    raw[k] = { value = parse_value(k, v, vpos), pos = vpos, keypos = pos, text = v, flag = not smatch(w.text, "=") }
     insert(keys, k)
   end
   return raw, keys
@@ -461,6 +466,8 @@ function M.parse(text)
     end
   end
 
+  -- a cache first: its keys, which bias and mask cover, are the CAP cache positions
+  M.parse_cache(s, raw, forbid)
   if raw.bias then
     local b = raw.bias.value
     local nb = #b - 3
@@ -491,7 +498,7 @@ function M.parse(text)
   end
   -- With Sq and Sk the same dim the two causal conventions coincide: keep
   -- one spelling so both hit the same kernel.
-  if s.causal == "bottom_right" and same_dim(s.Sq, s.Sk) then s.causal = "top_left" end
+  if s.causal == "bottom_right" and same_dim(s.Sq, s.Sk) and not s.cache then s.causal = "top_left" end
 
   if raw.scale then
     s.scale = raw.scale.value
@@ -550,6 +557,35 @@ function M.parse(text)
   return s
 end
 
+-- cache=CAP and kv_dtype (DESIGN.md "Decoding with a KV cache"): full-mode
+-- self-attention that appends its new k, v rows to caller-owned caches and
+-- attends over them.  The keys become the CAP cache positions (s.Sk), the
+-- queries stay the Sn new rows of x (s.Sq), and the causal rule is the
+-- cache's: query i of batch element b sees keys j <= cache_len[b] + i,
+-- which the canonical form writes causal=bottom_right.
+function M.parse_cache(s, raw, forbid)
+  if not raw.cache then
+    forbid("kv_dtype", "sets the storage of a KV cache; it needs cache=CAP")
+    return
+  end
+  local at = raw.cache.keypos
+  if s.mode == "core" then
+    fail(at, "cache does not apply in mode=core: it is for full-mode self-attention, which projects the new rows itself (core mode takes k and v as they are)")
+  end
+  if not s.self then fail(at, "cache is for self-attention: the new rows of x are appended to the cache; drop kv=") end
+  if s.global then fail(at, "cache does not apply to global attention (its one averaged query has no position)") end
+  if raw.causal and not (raw.causal.flag or raw.causal.text == "true" or raw.causal.text == "bottom_right") then
+    fail(raw.causal.pos, "causal=%s with cache: a cache is causal from the end (query i sees keys up to cache_len + i, as causal=bottom_right); drop causal=", raw.causal.text)
+  end
+  if raw.pe and raw.pe.value ~= "none" then
+    fail(raw.pe.keypos, "pe with cache is not supported: the encoding of x at cache positions is not implemented; add the encoding to x before the kernel, or drop cache")
+  end
+  s.cache = raw.cache.value
+  s.causal = "bottom_right"
+  s.Sk = s.cache
+  s.kv_dtype = raw.kv_dtype and raw.kv_dtype.value or s.dtype
+end
+
 -- The batch axes of the logits, as dims (numbers or names), in order.
 function M.batch_dims(s)
   local out = {}
@@ -574,6 +610,7 @@ function M.named_dims(s)
   end
   if s.mode == "core" then add(s.q); add(s.kv) else add(s.x); add(s.kv) end
   add(s.bias)
+  if s.cache then add({ s.cache }) end
   return out
 end
 
@@ -652,10 +689,12 @@ function M.canonical(s, noname)
   if s.softcap then add("softcap", fmt_decimal(s.softcap)) end
   if s.alibi then add("alibi", fmt_decimal(s.alibi)) end
   if s.sinks then add("sinks", "true") end
+  if s.cache then add("cache", tostring(s.cache)) end
   if s.lse then add("lse", "true") end
   if s.weights_out then add("weights_out", "true") end
   add("dtype", s.dtype)
   if s.weights and s.weights ~= s.dtype then add("weights", s.weights) end -- v1 canonical strings keep their form
+  if s.kv_dtype and s.kv_dtype ~= s.dtype then add("kv_dtype", s.kv_dtype) end
   if not noname then add("name", s.name) end
   return concat(t, " ")
 end

@@ -18,14 +18,20 @@
 /* The tensors a kernel may read, in slot order (the _SCALE slots: the F32
  * per-output-row scales of int8 weights, weights=int8; Q_POS and K_POS:
  * explicit positions, dense int64 (batch elements, S), NULL for the
- * defaults). */
+ * defaults; the cache slots, spec key cache: k_cache and v_cache dense
+ * (batch elements, G, CAP, c) in kv_dtype and their int8 scales F32
+ * (batch elements, G, CAP), which the kernel writes in place, and
+ * cache_len dense int64 (batch elements), which the runtime has checked:
+ * 0 <= cache_len[b] and cache_len[b] + Sq <= CAP). */
 #define ATTNC_SLOT_LIST(ENTRY) \
   ENTRY(X, x) ENTRY(KV, kv) ENTRY(BIAS, bias) ENTRY(MASK, mask) ENTRY(Q, q) ENTRY(K, k) ENTRY(V, v) ENTRY(SINKS, sinks) \
   ENTRY(ROPE_FREQS, rope_freqs) ENTRY(Q_POS, q_pos) ENTRY(K_POS, k_pos) \
   ENTRY(WQ, wq) ENTRY(BQ, bq) ENTRY(WK, wk) ENTRY(BK, bk) ENTRY(WV, wv) ENTRY(BV, bv) \
   ENTRY(WG, wg) ENTRY(BG, bg) ENTRY(WO, wo) ENTRY(BO, bo) \
   ENTRY(WQ_SCALE, wq_scale) ENTRY(WK_SCALE, wk_scale) ENTRY(WV_SCALE, wv_scale) ENTRY(WG_SCALE, wg_scale) \
-  ENTRY(WO_SCALE, wo_scale)
+  ENTRY(WO_SCALE, wo_scale) \
+  ENTRY(K_CACHE, k_cache) ENTRY(V_CACHE, v_cache) ENTRY(CACHE_LEN, cache_len) ENTRY(K_CACHE_SCALE, k_cache_scale) \
+  ENTRY(V_CACHE_SCALE, v_cache_scale)
 /* What a query that sees no key gets (spec key empty_rows): a zero output,
  * uniform weights over every key (the mean of v), or NaN. */
 #define ATTNC_EMPTY_ROWS_LIST(ENTRY) ENTRY(ZERO, zero) ENTRY(UNIFORM, uniform) ENTRY(NAN, nan)
