@@ -95,8 +95,14 @@ local function convert_env(p, env, wide)
   if p.pe then insert(words, "x" .. (p.self and "" or " and kv") .. " read with a sinusoidal positional encoding added") end
   if p.weights == "int8" then insert(words, "the weight matrices in int8 with a scale per row")
   elseif p.weights ~= p.dtype then insert(words, "the weight matrices in " .. p.weights) end
+  -- a KV cache: its storage type, and whether the attention reads it as it is
+  env.kv = p.cache and p.kv_dtype or false
+  env.kv_c = ({ f32 = "float", f64 = "double", bf16 = "store_t", f16 = "store_t", int8 = "signed char" })[p.kv_dtype or "f32"]
+  if p.cache then
+    insert(words, "the KV cache in " .. p.kv_dtype .. (p.kv_dtype == "int8" and " with a scale per row" or ""))
+  end
   env.storage_text = concat(words, "; ")
-  if #wide == 0 and not p.store then return "" end
+  if #wide == 0 and not p.store and not p.cache then return "" end
   return (render("convert.c.tmpl", env):gsub("\n$", ""))
 end
 

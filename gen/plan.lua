@@ -206,6 +206,8 @@ function M.plan(s, version)
       input("v_cache_scale", ks, "cache_scale")
     end
     input("cache_len", batch, "cache_len")
+    -- the attention reads an f32 (f64) cache of an f32 (f64) kernel as it is; others it widens
+    p.kv_direct = (s.kv_dtype == "f32" and p.real == "float") or (s.kv_dtype == "f64" and p.real == "double")
     sig.cache = { kv = kc, scale = s.kv_dtype == "int8" and ks or nil, len = batch, dtype = s.kv_dtype }
   end
   sig.mask = p.has_mask and { batch = batch, Sk = s.Sk } or nil
@@ -253,16 +255,17 @@ function M.schedule(p)
   -- constant along a row, moves to m (softmax does not see it)
   k.finish = k.prims and not k.attend and not p.softcap and not p.weights_out and not (p.alibi and p.has_bias)
   -- a short query against many keys (decoding): split the keys, then combine
-  k.split = k.attend and not p.global and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
+  k.split = k.attend and not p.global and (not p.cache or p.kv_direct) and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
   -- whole batch elements, or one kv head of one, per attend item, projections included
   -- RoPE rotates q and k in a phase of its own, in row-major scratch:
   -- no path that projects inside the attend items, nor head-major k
-  local whole = k.attend and not p.core and not p.global and not p.rope
+  -- a cache: k and v rows appended in phase 2, attention over the caches
+  local whole = k.attend and not p.core and not p.global and not p.rope and not p.cache
   k.fuse = whole and (not nb or nb >= 4)
     and (not (sq and sk) or 2 * round_up(sq * p.HC) + 2 * round_up(sk * p.GC) <= (1 << 19))
   -- k and v projected head-major: the heads start on the packed weights' 32-wide panels
   k.hm = k.prims and not p.core and p.C % 32 == 0
-  k.kv_hm = k.hm and tostring(p.kv_step) == "1" and not p.rope
+  k.kv_hm = k.hm and tostring(p.kv_step) == "1" and not p.rope and not p.cache
   k.by_head = whole and k.hm and (not nb or nb * p.G >= 2)
   -- layout bshc: k and v copied head by head into contiguous blocks, when
   -- enough query rows (more than one tile's worth per kv head) reuse each key

@@ -74,8 +74,8 @@ typedef struct attnc_tile {
   const float *sink;    /* sinks: head hh's sink logit at sink[hh]; or NULL */
   float *lse;           /* row r's log-sum-exp at lse[hh * lse_h + r / q_group]; or NULL */
   long lse_h;
-  float *attn;          /* row r's weights at attn + hh * attn_h + (r / q_group) * nk; or NULL */
-  long attn_h;
+  float *attn;          /* row r's weights at attn + hh * attn_h + (r / q_group) * attn_ld; or NULL */
+  long attn_h, attn_ld; /* attn_ld >= nk: the columns from nk on are written 0 (a KV cache's unfilled positions) */
 } attnc_tile;
 
 /* Vectorised routines compiled with the library (run-time CPU dispatch). */
