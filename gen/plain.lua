@@ -23,7 +23,8 @@ for w in ([[
   linear linear_bias split_heads merge_heads mean_query scale scores add_bias apply_mask softmax
   weighted_sum gate done ok
   softcap add_alibi slopes sinks sink_h lse log logf tanh tanhf rope freqs cos sin pow add_pe copy_real q_pos k_pos pos_q pos_k heads
-  compute narrow narrow1 widen_bf16 widen_f16 widen1_bf16 widen1_f16 dequant_int8 store_t f32_bits wide n_out err a
+  cache_len k_cache v_cache k_cache_scale v_cache_scale kv_store kv_load kv_t start nk k_new_h v_new_h qp kp
+  narrow1_bf16 narrow1_f16 compute narrow narrow1 widen_bf16 widen_f16 widen1_bf16 widen1_f16 dequant_int8 store_t f32_bits wide n_out err a
 ]]):gmatch("%S+") do TAKEN[w] = true end
 
 local function cname(d)
@@ -84,7 +85,8 @@ function M.env(p)
     scale = "(real)" .. p.scale, empty_rows = p.empty_rows,
     softcap = p.softcap and ("(real)" .. p.softcap) or false, alibi = p.alibi, sinks = p.sinks, lse = p.lse,
     tanh = p.dtype == "f64" and "tanh" or "tanhf", log = p.dtype == "f64" and "log" or "logf",
-    pos_off = p.core and "Sk - Sq" or "0",
+    pos_off = p.core and "Sk - Sq" or (p.cache and "cache_len[b]" or "0"),
+    cache = p.cache, kv = p.cache and p.kv_dtype or false, positions = p.positions,
     pe = p.pe, kv_copy = (p.pe and p.self) and true or false, rope = p.rope, rope_dim = p.rope_dim, rope_theta = p.rope_theta, weights_out = p.weights_out,
     global = p.global or false, gated = p.gated or false, self = p.self,
     has_bias = p.has_bias, has_mask = p.has_mask, C_IN = p.C_IN, C_KV = p.C_KV,
@@ -111,7 +113,8 @@ function M.env(p)
 
   -- key visibility (step 6): the conditions that hide key j from query i
   local hide, params = {}, {}
-  local p_off = s.causal == "bottom_right" and " + Sk - Sq" or ""
+  -- (a cache: query i sits at start + i, start = cache_len[b], the positions already filled)
+  local p_off = p.cache and " + start" or (s.causal == "bottom_right" and " + Sk - Sq" or "")
   if s.causal ~= "none" then insert(hide, "j > i" .. p_off) end
   if s.window then
     insert(hide, sformat("j < i%s - %d", p_off, s.window[1]))
@@ -121,7 +124,8 @@ function M.env(p)
   e.masked = #hide > 0
   e.hide = concat(hide, " || ")
   e.mask_uses_i = s.causal ~= "none" or s.window and true or false
-  e.mask_uses_S = p_off ~= ""
+  e.mask_uses_S = p_off == " + Sk - Sq"
+  e.mask_uses_start = p.cache
   -- a row may see no key (and needs empty_rows) unless only top-left causal hides keys
   e.may_be_empty = e.masked and not (s.causal == "top_left" and not s.window and not p.has_mask)
   local why = {}
