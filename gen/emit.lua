@@ -123,6 +123,8 @@ local function summary(p)
   local steps = {}
   if not p.core then insert(steps, "project") end
   insert(steps, "split heads")
+  if p.rope then insert(steps, "rotate (RoPE " .. p.rope .. ")") end
+  if p.cache then insert(steps, "append k and v to the cache (" .. p.kv_dtype .. ")") end
   insert(steps, "scale")
   insert(steps, "scores")
   if p.has_bias then insert(steps, "bias") end
@@ -184,6 +186,17 @@ local function buffers(p)
     for i, d in ipairs(rows_x) do rows_o[i] = (i == ax and p.global and not p.gated) and 1 or d end
     row("o", "attention output, heads merged", with(rows_o, "H", "c"), with(rows_o, H, C))
     row("out", "output", with(rows_o, "c_in"), with(rows_o, s.c_in))
+  end
+  if p.cache then
+    local kc, ks = {}, {}
+    for _, d in ipairs(p.sig.cache.len) do insert(kc, d); insert(ks, d) end
+    insert(kc, "G"); insert(kc, "CAP"); insert(kc, "c")
+    row("k_cache", "keys of every position, " .. p.kv_dtype .. ", in place", kc, p.sig.cache.kv)
+    row("v_cache", "values of every position, likewise", kc, p.sig.cache.kv)
+    if p.sig.cache.scale then
+      insert(ks, "G"); insert(ks, "CAP")
+      row("k_cache_scale", "a scale per k_cache row (v_cache_scale too)", ks, p.sig.cache.scale)
+    end
   end
   if s.bias then row("bias", "logit bias (*, H, Sq, Sk)", s.bias, nil) end
   if p.has_mask then
@@ -299,6 +312,8 @@ function M.header(p, plain)
     tensors = tensors, out_shape = shape_text(p.sig.out), has_mask = p.has_mask,
     mask_batch = "(" .. concat(hb, ", ") .. ")", abi = templates["abi.h"],
     H = p.H, G = p.G, C = p.C, core = p.core, C_IN = p.C_IN, C_KV = p.C_KV, plain = plain,
+    cache = p.cache, kv = p.kv_dtype, cap = p.cache and tostring(p.spec.cache),
+    kv_c = p.cache and ({ f32 = "float", f64 = "double", bf16 = "bf16 as unsigned short", f16 = "f16 as unsigned short", int8 = "int8 as signed char" })[p.kv_dtype],
   }
   return render("header.h.tmpl", henv)
 end
