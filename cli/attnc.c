@@ -65,6 +65,7 @@ struct cli {
   unsigned long seed;
   int print_name, header, json, threads, runs, plain, allow_unused, quiet;
   long warmup_ms; /* bench: warm up this long (-1: the default) */
+  long cache_len;  /* bench: positions already filled (-1: not given) */
   attnc_backend backend;
 };
 
@@ -121,7 +122,15 @@ static const char *help_for(const char *cmd)
            "                [--backend tcc|cc] [--threads N] [--plain] [--save-attn FILE] [--heatmap FILE.svg]\n"
            "Binds weights and inputs by name from safetensors files (linear_q.weight, q_proj.weight,\n"
            "in_proj_weight, ...; inputs x, kv, bias, mask, q, k, v), infers named dims from the\n"
-           "inputs' shapes, runs the kernel and writes the tensor `out`.\n"
+           "inputs' shapes, runs the kernel and writes the tensor `out` (and `lse`, `attn` when the\n"
+           "spec asks for them).\n"
+           "A cache spec (cache=CAP) also reads k_cache, v_cache (batch axes..., G, CAP, c) in\n"
+           "kv_dtype exactly, with kv_dtype=int8 their F32 scales k_cache_scale, v_cache_scale\n"
+           "(batch axes..., G, CAP), and cache_len (I32/I64, a scalar or one per batch element).\n"
+           "The files are not changed: the caches are copied, updated, and written to --out\n"
+           "beside `out` under their plain names (any --prefix dropped), with cache_len + Sn,\n"
+           "so --out is the cache file of the next step:\n"
+           "  attnc run SPEC --tensors w.st --tensors tok1.st --tensors cache.st --out cache.st\n"
            "  --tensors FILE      a safetensors file of weights and/or inputs; repeat for more files\n"
            "  --out FILE          the safetensors file to write `out` to (replaced atomically)\n"
            "  --prefix P          take weights named P + name (one layer of a checkpoint, e.g.\n"
@@ -189,7 +198,7 @@ static const char *help_for(const char *cmd)
            "  --dim NAME=N        size of a named dim; bytes and FLOPs need every named dim\n";
   if (strcmp(cmd, "bench") == 0)
     return "usage: attnc bench SPEC [--dim NAME=N]... [--backend tcc|cc] [--threads N] [--runs N] [--plain]\n"
-           "                  [--warmup-ms MS] [--json]\n"
+           "                  [--warmup-ms MS] [--cache-len N] [--json]\n"
            "Times the kernel on random data: median and minimum of the timed runs after the warm-up\n"
            "runs, GFLOP/s (the FLOPs of explain; with causal or window masks also over the\n"
            "unmasked pairs alone), compile time and scratch bytes.\n"
@@ -201,7 +210,13 @@ static const char *help_for(const char *cmd)
            "  --warmup-ms MS      warm-up runs until MS milliseconds have passed, at least one\n"
            "                      (default 100: a new process's threads can take tens of\n"
            "                      milliseconds to reach their own cores)\n"
-           "  --json              print one JSON object instead of text\n";
+           "  --cache-len N       cache specs (cache=CAP): N positions already filled (default 0),\n"
+           "                      random cache contents, every run starting from the same N;\n"
+           "                      N + Sq must fit in CAP (e.g. --dim S=1 --dim CAP=4096).  The\n"
+           "                      unmasked GFLOP/s count the pairs a run attends: N + i + 1 keys\n"
+           "                      for query i\n"
+           "  --json              print one JSON object instead of text (a cache spec adds\n"
+           "                      cache_len and cap)\n";
   return NULL;
 }
 
@@ -292,6 +307,9 @@ static int parse_args(struct cli *c, int argc, char **argv)
     } else if (strcmp(a, "--warmup-ms") == 0 && v) {
       if (parse_count(a, v, 0, 600000L, &n) != 0) return 2;
       c->warmup_ms = n; i++;
+    } else if (strcmp(a, "--cache-len") == 0 && v) {
+      if (parse_count(a, v, 0, 2147483647L, &n) != 0) return 2;
+      c->cache_len = n; i++;
     } else if (strcmp(a, "--threads") == 0 && v) {
       if (parse_count(a, v, 1, 1024, &n) != 0) return 2;
       c->threads = (int)n; i++;
@@ -560,7 +578,9 @@ static const char *key_reading(const char *name)
     { "x", "full mode (x=...)" }, { "kv", "kv=SHAPE (cross-attention)" }, { "bias", "bias=SHAPE" },
     { "mask", "mask=key" }, { "q", "mode=core" }, { "k", "mode=core" }, { "v", "mode=core" },
     { "sinks", "sinks" }, { "rope_freqs", "rope=neox or rope=gptj" }, { "q_pos", "rope, alibi or pe" },
-    { "k_pos", "rope, alibi or pe" },
+    { "k_pos", "rope, alibi or pe" }, { "k_cache", "cache=CAP" }, { "v_cache", "cache=CAP" },
+    { "cache_len", "cache=CAP" }, { "k_cache_scale", "cache=CAP with kv_dtype=int8" },
+    { "v_cache_scale", "cache=CAP with kv_dtype=int8" },
   };
   size_t i;
   for (i = 0; i < sizeof keys / sizeof keys[0]; i++)
@@ -581,7 +601,7 @@ static void prefixes_present(attnc_safetensors **files, int nfiles, const char *
       const char *name = attnc_st_name(files[f], i);
       size_t p;
       for (p = 1; name[p]; p++)
-        if (name[p - 1] == '.' && attnc_bindings_lookup_name(name + p) >= ATTNC_SLOT_WQ && p < sizeof seen[0]) {
+        if (name[p - 1] == '.' && attnc_slot_is_weight(attnc_bindings_lookup_name(name + p)) && p < sizeof seen[0]) {
           int dup = 0;
           for (a = 0; a < ns; a++) dup |= strncmp(seen[a], name, p) == 0 && seen[a][p] == '\0';
           if (!dup && ns < 16) {
@@ -630,11 +650,13 @@ static int bind_inputs(struct cli *c, attnc_bindings *b, attnc_safetensors **fil
     for (i = 0; i < c->nfiles; i++)
       for (j = 0; j < attnc_st_count(files[i]); j++) {
         const char *name = attnc_st_name(files[i], j);
-        const int slot = attnc_bindings_lookup_name(name);
-        if (slot >= 0 && slot < ATTNC_SLOT_WQ && !g->used[slot]) {
+        const size_t plen = c->prefix ? strlen(c->prefix) : 0;
+        const char *key = plen && strncmp(name, c->prefix, plen) == 0 ? name + plen : name; /* inputs bind with or without it */
+        const int slot = attnc_bindings_lookup_name(key);
+        if (slot >= 0 && !attnc_slot_is_weight(slot) && !g->used[slot]) {
           fprintf(stderr, "attnc: error: %s holds the input '%s', which this spec does not read (%s would): the result would "
                           "silently differ from the model's; fix the spec, or pass --allow-unused to ignore it\n",
-                  c->files[i], name, key_reading(name) ? key_reading(name) : "another spec");
+                  c->files[i], name, key_reading(key) ? key_reading(key) : "another spec");
           return 1;
         }
       }
@@ -647,6 +669,52 @@ static int bind_inputs(struct cli *c, attnc_bindings *b, attnc_safetensors **fil
       fprintf(stderr, "attnc: error: %s: %s\n", c->files[i], e.message);
       return 1;
     }
+  return 0;
+}
+
+/* The caches of a cache spec, copied out of the --tensors files (which are
+ * mapped, and may be read only) into buffers the kernel may write, and
+ * bound in their place under the names they were bound as. */
+struct caches {
+  int n;
+  const char *names[4];
+  attnc_tensor t[4];
+};
+
+static void caches_free(struct caches *cc)
+{
+  int i;
+  for (i = 0; i < cc->n; i++) free(cc->t[i].data);
+  cc->n = 0;
+}
+
+/* 0, or 1 (printed).  A cache not bound is left for attnc_output_shape to report. */
+static int copy_caches(attnc_bindings *b, struct caches *cc)
+{
+  const char *name;
+  attnc_error e;
+  int i;
+  memset(cc, 0, sizeof *cc);
+  for (i = 0; (name = attnc_inplace_name(b->k, i, NULL)) != NULL; i++) {
+    const int slot = attnc_bindings_lookup_name(name);
+    const attnc_tensor *t = attnc_bindings_slot(b, slot);
+    attnc_tensor *w = &cc->t[cc->n];
+    size_t n = attnc_dtype_size(t ? t->dtype : ATTNC_F32);
+    void *mem = NULL;
+    int a;
+    if (!t || !t->data) continue;
+    for (a = 0; a < t->rank; a++) n *= (size_t)t->shape[a];
+    if (posix_memalign(&mem, 64, n + 1) != 0) {
+      fprintf(stderr, "attnc: error: out of memory for a writable copy of %s (%zu bytes)\n", name, n);
+      caches_free(cc);
+      return 1;
+    }
+    *w = *t;
+    memcpy(mem, t->data, n);
+    w->data = mem;
+    cc->names[cc->n++] = name;
+    if (attnc_bind(b, b->from[slot], w, &e) != ATTNC_OK) { print_error(&e); caches_free(cc); return 1; }
+  }
   return 0;
 }
 
@@ -663,9 +731,11 @@ static int kernel_weights(struct cli *c, attnc_kernel *k, attnc_safetensors **fi
   attnc_tensor t[3];
   const char *names[3] = { "out", "lse", "attn" };
   attnc_error e;
+  struct caches cc;
   int o, i, rc = 1;
   size_t n = 1, j;
   memset(t, 0, sizeof t);
+  memset(&cc, 0, sizeof cc);
   if (!attnc_kernel_gen(k)->has_attn) {
     spec2 = malloc(strlen(c->spec) + 16);
     if (!spec2) { fprintf(stderr, "attnc: error: out of memory\n"); return 1; }
@@ -674,7 +744,7 @@ static int kernel_weights(struct cli *c, attnc_kernel *k, attnc_safetensors **fi
   }
   if (compile_spec(&c2, &k2)) goto done;
   if (!(b2 = attnc_bindings_new(k2))) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
-  if (bind_inputs(c, b2, files)) goto done;
+  if (bind_inputs(c, b2, files) || copy_caches(b2, &cc)) goto done;
   for (o = 0; o < 3; o++) {
     size_t bytes;
     if (attnc_output_info(b2, names[o], &t[o], &e) != ATTNC_OK) {
@@ -695,6 +765,7 @@ static int kernel_weights(struct cli *c, attnc_kernel *k, attnc_safetensors **fi
   rc = 0;
 done:
   for (o = 0; o < 3; o++) free(t[o].data);
+  caches_free(&cc);
   attnc_bindings_free(b2);
   attnc_release(k2);
   free(spec2);
@@ -711,7 +782,9 @@ static int cmd_run(struct cli *c)
   attnc_safetensors *files[MAX_FILES];
   attnc_error e;
   attnc_tensor out;
+  struct caches cc;
   int i, rc = 1;
+  memset(&cc, 0, sizeof cc);
   if (c->nfiles == 0) return fail("run needs --tensors FILE (weights and inputs)%s", "");
   if (!c->out) return fail("run needs --out FILE%s", "");
   if (compile_spec(c, &k)) return 1;
@@ -723,13 +796,15 @@ static int cmd_run(struct cli *c)
     files[i] = attnc_st_open(c->files[i], &e);
     if (!files[i]) { print_error(&e); goto done; }
   }
-  if (bind_inputs(c, b, files)) goto done;
+  if (bind_inputs(c, b, files) || copy_caches(b, &cc)) goto done;
   if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
   {
-    /* every output the spec asks for goes to --out: out, and lse with the key lse */
-    attnc_tensor outs[3];
-    const char *names[3] = { "out", "lse", "attn" };
-    int n_out = 1, o;
+    /* every output the spec asks for goes to --out: out, lse with the key
+     * lse, attn with weights_out, and a cache spec's updated caches */
+    attnc_tensor outs[8];
+    const char *names[8] = { "out", "lse", "attn" };
+    int n_out = 1, n_alloc = 3, o; /* outs[0 .. n_alloc) are ours to free */
+    long long *next_len = NULL;
     memset(outs, 0, sizeof outs);
     outs[0] = out;
     for (o = 1; o < 3; o++) /* lse with the key lse, attn with weights_out */
@@ -740,12 +815,29 @@ static int cmd_run(struct cli *c)
       outs[o].data = malloc(n ? n : 1);
       if (!outs[o].data) { fprintf(stderr, "attnc: error: out of memory for the output %s (%zu bytes)\n", names[o], n); goto run_done; }
     }
+    n_alloc = n_out;
     for (o = 1; o < n_out; o++)
       if (attnc_bind_output(b, names[o], &outs[o], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
     {
       const double t0 = now_ms();
       if (attnc_run(b, &outs[0], &e) != ATTNC_OK) { print_error(&e); goto run_done; }
       ran_ms = now_ms() - t0;
+    }
+    if (cc.n) { /* the updated caches, and cache_len + Sq as the next run reads it */
+      const attnc_tensor *len = attnc_bindings_slot(b, ATTNC_SLOT_CACHE_LEN);
+      const int64_t sq = outs[0].shape[b->k->gen.axis];
+      size_t n = 1, j;
+      for (o = 0; o < cc.n; o++) { names[n_out] = cc.names[o]; outs[n_out++] = cc.t[o]; }
+      for (i = 0; i < len->rank; i++) n *= (size_t)len->shape[i];
+      if (!(next_len = malloc(n * sizeof *next_len + 1))) { fprintf(stderr, "attnc: error: out of memory\n"); goto run_done; }
+      for (j = 0; j < n; j++) { /* in the dtype and shape it was given */
+        const long long v = (len->dtype == ATTNC_I32 ? ((const int32_t *)len->data)[j] : ((const int64_t *)len->data)[j]) + sq;
+        if (len->dtype == ATTNC_I32) ((int32_t *)next_len)[j] = (int32_t)v;
+        else ((int64_t *)next_len)[j] = v;
+      }
+      names[n_out] = "cache_len";
+      outs[n_out] = *len;
+      outs[n_out++].data = next_len;
     }
     if (attnc_st_write(c->out, n_out, names, outs, &e) != ATTNC_OK) { print_error(&e); goto run_done; }
     if (!c->quiet) { /* one line: what ran, on what, what it wrote, how long */
@@ -767,7 +859,8 @@ static int cmd_run(struct cli *c)
     out.data = outs[0].data;
     outs[0].data = NULL;
   run_done:
-    for (o = 0; o < 3; o++) free(outs[o].data);
+    for (o = 0; o < n_alloc && o < 3; o++) free(outs[o].data);
+    free(next_len);
     if (!out.data) goto done;
   }
   if (c->save_attn || c->heatmap) {
@@ -801,6 +894,7 @@ static int cmd_run(struct cli *c)
   rc = 0;
 done:
   free(out.data);
+  caches_free(&cc);
   for (i = 0; i < c->nfiles; i++) attnc_st_close(files[i]);
   attnc_bindings_free(b);
   attnc_release(k);
@@ -950,6 +1044,64 @@ static int cmp_double(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
+/* bench on a cache spec: random caches (every dim --dim or 128, as
+ * checker_bind_random sizes the rest) and cache_len = N for every batch
+ * element, bound over whatever the random binding gave them.  The runs
+ * never advance cache_len, so each starts from the same N.  0, or 1 (printed). */
+static int bench_caches(struct cli *c, attnc_bindings *b, struct caches *cc, int64_t *len)
+{
+  const attnc_gen *g = &b->k->gen;
+  uint64_t rng = 0x2545F4914F6CDD1DULL;
+  const char *name;
+  attnc_error e;
+  attnc_tensor lt;
+  int i, a, d;
+  memset(cc, 0, sizeof *cc);
+  for (i = 0; (name = attnc_inplace_name(b->k, i, NULL)) != NULL; i++) {
+    const int slot = attnc_bindings_lookup_name(name);
+    attnc_tensor *t = &cc->t[cc->n];
+    size_t n = 1, j, es;
+    void *mem = NULL;
+    memset(t, 0, sizeof *t);
+    t->dtype = attnc_slot_dtype(g, slot);
+    t->rank = g->shape[slot].rank;
+    for (a = 0; a < t->rank; a++) {
+      int64_t v = g->shape[slot].dim[a];
+      if (v < 0) {
+        const char *dn = g->dim_names[-v - 1];
+        v = 128;
+        for (d = 0; d < c->ndims; d++)
+          if (strcmp(c->dim_names[d], dn) == 0) v = c->dim_values[d];
+      }
+      t->shape[a] = v;
+      n *= (size_t)v;
+    }
+    es = attnc_dtype_size(t->dtype);
+    if (posix_memalign(&mem, 64, n * es + 1) != 0) {
+      fprintf(stderr, "attnc: error: out of memory for a random %s (%zu bytes)\n", name, n * es);
+      caches_free(cc);
+      return 1;
+    }
+    t->data = mem;
+    cc->names[cc->n++] = name;
+    for (j = 0; j < n; j++) { /* xorshift64: values in (-1, 1); int8 in -127..127; scales about 1/127 */
+      double u;
+      rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+      u = (double)(rng >> 11) / 9007199254740992.0 * 2 - 1;
+      if (t->dtype == ATTNC_I8) ((int8_t *)mem)[j] = (int8_t)(u * 127);
+      else if (slot == ATTNC_SLOT_K_CACHE_SCALE || slot == ATTNC_SLOT_V_CACHE_SCALE) ((float *)mem)[j] = (float)((u + 2) / 254);
+      else attnc_convert(&u, ATTNC_F64, (char *)mem + j * es, t->dtype, 1);
+    }
+    if (attnc_bind(b, name, t, &e) != ATTNC_OK) { print_error(&e); caches_free(cc); return 1; }
+  }
+  memset(&lt, 0, sizeof lt);
+  *len = c->cache_len > 0 ? c->cache_len : 0;
+  lt.dtype = ATTNC_I64; /* a scalar: the same length for every batch element */
+  lt.data = len;
+  if (attnc_bind(b, "cache_len", &lt, &e) != ATTNC_OK) { print_error(&e); caches_free(cc); return 1; }
+  return 0;
+}
+
 static int cmd_bench(struct cli *c)
 {
   attnc_tensor outs[2] = { { 0 }, { 0 } }; /* lse, attn */
@@ -964,6 +1116,9 @@ static int cmd_bench(struct cli *c)
   int i, rc = 1, runs = c->runs > 0 ? c->runs : 10;
   long warmups = 0, warmup_ms = c->warmup_ms >= 0 ? c->warmup_ms : 100;
   char *text = NULL;
+  struct caches cc;
+  int64_t cache_len = 0, sq = 0, cap = 0;
+  memset(&cc, 0, sizeof cc);
   memset(&out, 0, sizeof out);
   memset(&co, 0, sizeof co);
   co.dim_names = c->dim_names;
@@ -978,9 +1133,28 @@ static int cmd_bench(struct cli *c)
   b = attnc_bindings_new(k);
   if (!b) goto done;
   if (c->threads && attnc_bindings_set_threads(b, c->threads, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  if (c->cache_len >= 0 && !g->has_cache) {
+    fprintf(stderr, "attnc: error: --cache-len is for cache specs, and this one has no cache: add cache=CAP to the spec, "
+                    "or drop --cache-len\n");
+    goto done;
+  }
   in = checker_bind_random(k, b, &co, &e);
   if (!in) { print_error(&e); goto done; }
+  if (g->has_cache && bench_caches(c, b, &cc, &cache_len)) goto done;
   if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  if (g->has_cache) {
+    const int64_t *dv = attnc_bindings_dims(b);
+    const int64_t xs = g->shape[ATTNC_SLOT_X].dim[g->axis];
+    sq = xs > 0 ? xs : dv[-xs - 1];
+    cap = g->cache_cap > 0 ? g->cache_cap : dv[-g->cache_cap - 1];
+    if (cache_len + sq > cap) {
+      fprintf(stderr, "attnc: error: --cache-len %lld leaves no room for the %lld new rows: %lld + %lld > CAP = %lld; "
+                      "pass a smaller --cache-len, or set the dims (unset ones are 128), e.g. --dim S=1 --dim CAP=%lld\n",
+              (long long)cache_len, (long long)sq, (long long)cache_len, (long long)sq, (long long)cap,
+              (long long)(cache_len + sq));
+      goto done;
+    }
+  }
   {
     size_t n = attnc_dtype_size(out.dtype);
     void *mem = NULL;
@@ -1035,6 +1209,14 @@ static int cmd_bench(struct cli *c)
       flops = strtod(line + 7, NULL);
       /* causal and window: the FLOPs of the pairs the masks leave */
       if ((line = strstr(text, "  unmasked total")) != NULL) flops_unmasked = strtod(line + 16, NULL);
+      if (g->has_cache) {
+        /* the pairs a run with cache_len = N attends to: query i sees keys
+         * 0 .. N + i (window and mask not subtracted) */
+        const char *sc = strstr(text, "  scores q.k"), *ws = strstr(text, "  weighted sum p.v");
+        const double attend = (sc ? strtod(sc + 12, NULL) : 0) + (ws ? strtod(ws + 18, NULL) : 0);
+        const double pairs = (double)sq * (double)cache_len + (double)sq * (double)(sq + 1) / 2;
+        flops_unmasked = flops - attend + attend * pairs / ((double)sq * (double)cap);
+      }
     }
   }
   {
@@ -1043,10 +1225,13 @@ static int cmd_bench(struct cli *c)
     int threads = attnc_bindings_threads(b);
     long scratch = attnc_bindings_scratch_bytes(b);
     const char *isa = g->dtype != ATTNC_F64 ? attnc_isa() : "none (f64: plain C)";
-    char unmasked[96] = "";
+    char unmasked[160] = "";
     if (c->json) {
       if (flops_unmasked > 0)
         snprintf(unmasked, sizeof unmasked, "\"gflops_unmasked\": %.3f, ", flops_unmasked / (med * 1e6));
+      if (g->has_cache)
+        snprintf(unmasked + strlen(unmasked), sizeof unmasked - strlen(unmasked), "\"cache_len\": %lld, \"cap\": %lld, ",
+                 (long long)cache_len, (long long)cap);
       printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"gflops\": %.3f, %s\"compile_ms\": %.3f, \"backend\": \"%s\", "
              "\"threads\": %d, \"runs\": %d, \"warmups\": %ld, \"busy_cpus\": %.2f, \"isa\": \"%s\", "
              "\"scratch_bytes\": %ld, \"canonical\": \"%s\"}\n",
@@ -1055,6 +1240,9 @@ static int cmd_bench(struct cli *c)
     } else {
       if (flops_unmasked > 0)
         snprintf(unmasked, sizeof unmasked, " (%.2f over the unmasked pairs)", flops_unmasked / (med * 1e6));
+      if (g->has_cache)
+        snprintf(unmasked + strlen(unmasked), sizeof unmasked - strlen(unmasked), ", cache_len %lld of CAP %lld",
+                 (long long)cache_len, (long long)cap);
       printf("%s\nbackend %s (%s primitives), %d thread%s: median %.3f ms (min %.3f, %d runs after %ld warm-up), "
              "%.2f GFLOP/s%s, compile %.2f ms, scratch %ld bytes\n",
              attnc_canonical(k), be, isa, threads, threads == 1 ? "" : "s", med, times[0], runs, warmups,
@@ -1064,6 +1252,7 @@ static int cmd_bench(struct cli *c)
   rc = 0;
 done:
   checker_inputs_free(in);
+  caches_free(&cc);
   free(outs[0].data);
   free(outs[1].data);
   free(out.data);
@@ -1154,6 +1343,7 @@ int main(int argc, char **argv)
   int rc;
   memset(&c, 0, sizeof c);
   c.warmup_ms = -1;
+  c.cache_len = -1;
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
     fputs(USAGE, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -110,7 +110,8 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts,
 /* A set of tensors for one kernel: weights, inputs, and named-dim sizes. */
 attnc_bindings *attnc_bindings_new(attnc_kernel *k);
 void attnc_bindings_free(attnc_bindings *b);
-/* Bind a tensor by name: an input (x, kv, bias, mask, q, k, v) or a weight
+/* Bind a tensor by name: an input (x, kv, bias, mask, q, k, v; with a cache
+ * k_cache, v_cache, cache_len, k_cache_scale, v_cache_scale) or a weight
  * under any naming scheme (linear_q.weight, q_proj.weight, in_proj_weight, ...). */
 attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err);
 /* Bind every tensor of a safetensors file whose name (after prefix) the kernel uses;
@@ -139,8 +140,20 @@ long attnc_bindings_scratch_bytes(const attnc_bindings *b);
 const char *attnc_isa(void);
 /* Run: out->data must hold the shape attnc_output_shape gives.  Weights
  * are packed on the first run after they are bound: rebind a weight after
- * changing its data.  One bindings object runs on one thread at a time. */
+ * changing its data.  One bindings object runs on one thread at a time.
+ * A cache spec (key cache=CAP) also writes the caches bound as k_cache,
+ * v_cache (and k_cache_scale, v_cache_scale) in place: rows cache_len[b]
+ * .. cache_len[b] + Sq - 1; the caller then adds Sq to cache_len.  Every
+ * check (0 <= cache_len[b], cache_len[b] + Sq <= CAP, shapes, dtypes) runs
+ * before anything is written, so an error leaves the caches unchanged. */
 attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err);
+/* The inputs a kernel updates in place, i = 0, 1, ...; NULL past the last:
+ * with cache=CAP "k_cache", "v_cache", and with kv_dtype=int8 also
+ * "k_cache_scale", "v_cache_scale".  *dtype (may be NULL) gets the dtype
+ * each must be bound in, exactly (kv_dtype, I8 for int8; F32 scales): the
+ * library never converts them.  They are not outputs: attnc_output_info
+ * and attnc_bind_output do not take them. */
+const char *attnc_inplace_name(const attnc_kernel *k, int i, attnc_dtype *dtype);
 
 /* ---- names of the kernel's tensors ---- */
 /* Number of dims the spec names (B, S, ...) and their names. */

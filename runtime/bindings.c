@@ -11,6 +11,8 @@ static const struct { const char *name; int slot; } NAMES[] = {
   { "x", ATTNC_SLOT_X }, { "kv", ATTNC_SLOT_KV }, { "bias", ATTNC_SLOT_BIAS }, { "mask", ATTNC_SLOT_MASK },
   { "q", ATTNC_SLOT_Q }, { "k", ATTNC_SLOT_K }, { "v", ATTNC_SLOT_V }, { "sinks", ATTNC_SLOT_SINKS },
   { "rope_freqs", ATTNC_SLOT_ROPE_FREQS }, { "q_pos", ATTNC_SLOT_Q_POS }, { "k_pos", ATTNC_SLOT_K_POS },
+  { "k_cache", ATTNC_SLOT_K_CACHE }, { "v_cache", ATTNC_SLOT_V_CACHE }, { "cache_len", ATTNC_SLOT_CACHE_LEN },
+  { "k_cache_scale", ATTNC_SLOT_K_CACHE_SCALE }, { "v_cache_scale", ATTNC_SLOT_V_CACHE_SCALE },
   { "linear_q.weight", ATTNC_SLOT_WQ }, { "linear_q.bias", ATTNC_SLOT_BQ },
   { "linear_k.weight", ATTNC_SLOT_WK }, { "linear_k.bias", ATTNC_SLOT_BK },
   { "linear_v.weight", ATTNC_SLOT_WV }, { "linear_v.bias", ATTNC_SLOT_BV },
@@ -85,6 +87,7 @@ void attnc_bindings_free(attnc_bindings *b)
   }
   free(b->pos[0]);
   free(b->pos[1]);
+  free(b->cache_len);
   free(b->scratch);
   free(b->mask_u8);
   attnc_release(b->k);
@@ -122,14 +125,40 @@ static attnc_status wrong_dtype(const char *name, const attnc_tensor *t, const a
                        attnc_dtype_name(t->dtype), attnc_dtype_name(g->dtype));
 }
 
+/* The cache tensors are written in place, so they are taken only in the
+ * dtype the kernel stores (no converted copy could carry the update back);
+ * cache_len is read once, as an integer. */
+static attnc_status check_cache_dtype(const char *name, int slot, const attnc_tensor *t, const attnc_gen *g, attnc_error *err)
+{
+  const attnc_dtype want = attnc_slot_dtype(g, slot);
+  if (slot == ATTNC_SLOT_CACHE_LEN) {
+    if (t->dtype == ATTNC_I32 || t->dtype == ATTNC_I64) return ATTNC_OK;
+    return attnc_err_set(err, ATTNC_EBIND,
+                         "tensor '%s' has dtype %s; cache_len counts the positions already filled: pass I32 or I64", name,
+                         attnc_dtype_name(t->dtype));
+  }
+  if (t->dtype == want) return ATTNC_OK;
+  if (slot == ATTNC_SLOT_K_CACHE_SCALE || slot == ATTNC_SLOT_V_CACHE_SCALE)
+    return attnc_err_set(err, ATTNC_EBIND,
+                         "tensor '%s' has dtype %s; the int8 cache's scales are F32, one per stored row, and are written "
+                         "in place, so they are not converted: pass an F32 array", name, attnc_dtype_name(t->dtype));
+  return attnc_err_set(err, ATTNC_EBIND,
+                       "tensor '%s' has dtype %s but the spec's cache stores %s (kv_dtype=%s%s); the kernel writes the "
+                       "cache in place, so it is never converted: pass the cache as %s, or set kv_dtype to match",
+                       name, attnc_dtype_name(t->dtype), attnc_dtype_name(want),
+                       want == ATTNC_I8 ? "int8" : want == ATTNC_F64 ? "f64" : want == ATTNC_BF16 ? "bf16" : want == ATTNC_F16 ? "f16" : "f32",
+                       g->kv_dtype == g->dtype ? ", which defaults to dtype" : "", attnc_dtype_name(want));
+}
+
 /* Can a tensor of this dtype bind to slot (-2, -4: in_proj_weight and its
  * scales)?  The weight matrices of a weights=int8 kernel only as I8, with
  * their scales; everything else in any floating dtype, converted. */
 static attnc_status check_dtype(const char *name, int slot, const attnc_tensor *t, const attnc_gen *g, attnc_error *err)
 {
   const int matrix = slot == -2 || (slot >= 0 && attnc_slot_is_matrix(slot));
-  const int scale = slot == -4 || slot >= ATTNC_SLOT_WQ_SCALE;
+  const int scale = slot == -4 || (slot >= ATTNC_SLOT_WQ_SCALE && attnc_slot_is_weight(slot));
   if (slot == ATTNC_SLOT_MASK) return ATTNC_OK; /* a mask may have any dtype */
+  if (slot >= 0 && attnc_slot_is_cache(slot)) return check_cache_dtype(name, slot, t, g, err);
   if (slot == ATTNC_SLOT_Q_POS || slot == ATTNC_SLOT_K_POS) {
     if (t->dtype == ATTNC_I32 || t->dtype == ATTNC_I64 || t->dtype == ATTNC_I16 || t->dtype == ATTNC_I8 ||
         t->dtype == ATTNC_U8 || t->dtype == ATTNC_U16 || t->dtype == ATTNC_U32 || t->dtype == ATTNC_U64)
@@ -196,8 +225,14 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
   }
   if (!g->used[slot]) {
     if (quiet) return ATTNC_OK;
-    if (slot >= ATTNC_SLOT_WQ_SCALE && g->wdtype != ATTNC_I8)
+    if (slot >= ATTNC_SLOT_WQ_SCALE && attnc_slot_is_weight(slot) && g->wdtype != ATTNC_I8)
       return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (int8 scales: the spec has no weights=int8)", name);
+    if (attnc_slot_is_cache(slot) && !g->has_cache)
+      return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (a KV cache: add cache=CAP to the spec)", name);
+    if (attnc_slot_is_cache(slot))
+      return attnc_err_set(err, ATTNC_EBIND,
+                           "this kernel does not use '%s' (the per-row scales of an int8 cache: the spec's cache stores %s; "
+                           "add kv_dtype=int8 for an int8 cache)", name, attnc_dtype_name(g->kv_dtype));
     return attnc_err_set(err, ATTNC_EBIND, "this kernel does not use '%s' (check the spec: %s)", name, g->canonical);
   }
   {
@@ -205,7 +240,7 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
     if (s != ATTNC_OK) return s;
   }
   b->t[slot] = *t;
-  if (slot >= ATTNC_SLOT_WQ_SCALE) forget_packed(b); /* packed from the old scales */
+  if (slot >= ATTNC_SLOT_WQ_SCALE && attnc_slot_is_weight(slot)) forget_packed(b); /* packed from the old scales */
   b->packed_from[slot] = NULL; /* repack and convert on the next run, even from the same buffer */
   b->conv_from[slot] = NULL;
   snprintf(b->from_buf[slot], sizeof b->from_buf[slot], "%s", name);
@@ -234,7 +269,7 @@ attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *
     const char *key = name;
     int slot;
     if (plen && strncmp(name, prefix, plen) == 0) key = name + plen;
-    else if (plen && (attnc_bindings_lookup_name(name) >= ATTNC_SLOT_WQ || attnc_bindings_lookup_name(name) <= -2)) continue; /* a weight outside the prefix */
+    else if (plen && (attnc_slot_is_weight(attnc_bindings_lookup_name(name)) || attnc_bindings_lookup_name(name) <= -2)) continue; /* a weight outside the prefix */
     slot = attnc_bindings_lookup_name(key);
     if (slot == -1) continue;
     if (slot >= 0 && !b->k->gen.used[slot]) continue;
@@ -485,14 +520,14 @@ static long long int_at(const attnc_tensor *t, size_t i)
   }
 }
 
-/* q_pos (which 0) or k_pos (1), of shape (S) .. (batch axes..., S) aligned
- * from the right like the mask, broadcast into a dense int64 copy of the
- * full shape, which the kernel reads. */
-static attnc_status prepare_positions(attnc_bindings *b, int which, attnc_error *err)
+/* An integer tensor t aligned from the right with the full shape `full`
+ * (size-1 axes broadcast; the last axis too unless last_exact), copied into
+ * a dense int64 array of the full shape, *dst with room for *cap.  It may
+ * have min_rank .. full->rank dims; `form` says what they are, for errors. */
+static attnc_status broadcast_int64(attnc_bindings *b, const attnc_tensor *t, const char *name, const attnc_shape *full,
+                                    int min_rank, int last_exact, const char *form, long long **dst, size_t *cap,
+                                    attnc_error *err)
 {
-  const attnc_shape *full = &b->k->gen.pos_shape[which];
-  const attnc_tensor *t = &b->t[which ? ATTNC_SLOT_K_POS : ATTNC_SLOT_Q_POS];
-  const char *name = which ? "k_pos" : "q_pos";
   int64_t dims[ATTNC_MAX_RANK], stride[ATTNC_MAX_RANK], st = 1, n = 1, e;
   int r = full->rank, m = t->rank, a;
   char got[256];
@@ -501,24 +536,27 @@ static attnc_status prepare_positions(attnc_bindings *b, int which, attnc_error 
   if (!t->data) return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has no data", name);
   if ((s = attnc_bindings_check_aligned(name, t, err)) != ATTNC_OK) return s;
   for (a = 0; a < r; a++) dims[a] = resolve(b, full->dim[a]);
-  if (m < 1 || m > r)
-    return attnc_err_set(err, ATTNC_EBIND, "%s %s must have between 1 and %d dims: (batch axes..., %s), aligned from the right", name, got, r,
-                         which ? "Sk" : "Sq");
+  if (m < min_rank || m > r)
+    return min_rank > 0 ? attnc_err_set(err, ATTNC_EBIND, "%s %s must have between %d and %d dims: %s, aligned from the right",
+                                        name, got, min_rank, r, form)
+                        : attnc_err_set(err, ATTNC_EBIND, "%s %s must have at most %d dims: %s, aligned from the right",
+                                        name, got, r, form);
   for (a = r - 1; a >= 0; a--) stride[a] = 0;
   for (a = m - 1; a >= 0; a--) {
     const int fa = r - (m - a); /* the full axis this one aligns with */
-    if (t->shape[a] != dims[fa] && (t->shape[a] != 1 || fa == r - 1))
+    const int exact = last_exact && fa == r - 1;
+    if (t->shape[a] != dims[fa] && (t->shape[a] != 1 || exact))
       return attnc_err_set(err, ATTNC_EBIND, "%s %s: axis %d is %lld but must be %s%lld (dims align from the right)", name, got, a,
-                           (long long)t->shape[a], fa == r - 1 ? "" : "1 or ", (long long)dims[fa]);
+                           (long long)t->shape[a], exact ? "" : "1 or ", (long long)dims[fa]);
     stride[fa] = t->shape[a] == 1 ? 0 : st;
     st *= t->shape[a];
   }
   for (a = 0; a < r; a++) n *= dims[a];
-  if ((size_t)n > b->pos_n[which] || !b->pos[which]) {
-    long long *p = realloc(b->pos[which], sizeof *p * (size_t)(n > 0 ? n : 1));
+  if ((size_t)n > *cap || !*dst) {
+    long long *p = realloc(*dst, sizeof *p * (size_t)(n > 0 ? n : 1));
     if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory for %s", name);
-    b->pos[which] = p;
-    b->pos_n[which] = (size_t)n;
+    *dst = p;
+    *cap = (size_t)n;
   }
   for (e = 0; e < n; e++) { /* element e of the full shape -> its source element */
     int64_t rest = e, src = 0;
@@ -526,9 +564,37 @@ static attnc_status prepare_positions(attnc_bindings *b, int which, attnc_error 
       src += (rest % dims[a]) * stride[a];
       rest /= dims[a];
     }
-    b->pos[which][e] = int_at(t, (size_t)src);
+    (*dst)[e] = int_at(t, (size_t)src);
   }
   return ATTNC_OK;
+}
+
+/* q_pos (which 0) or k_pos (1), of shape (S) .. (batch axes..., S) aligned
+ * from the right like the mask, broadcast into a dense int64 copy of the
+ * full shape, which the kernel reads. */
+static attnc_status prepare_positions(attnc_bindings *b, int which, attnc_error *err)
+{
+  return broadcast_int64(b, &b->t[which ? ATTNC_SLOT_K_POS : ATTNC_SLOT_Q_POS], which ? "k_pos" : "q_pos",
+                         &b->k->gen.pos_shape[which], 1, 1, which ? "(batch axes..., Sk)" : "(batch axes..., Sq)",
+                         &b->pos[which], &b->pos_n[which], err);
+}
+
+/* cache_len: a scalar or the batch axes aligned from the right (size 1
+ * broadcasts), as a dense int64 array with one entry per batch element.
+ * Its values are checked by attnc_run, before the kernel writes anything. */
+static attnc_status prepare_cache_len(attnc_bindings *b, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  char form[300], sh[256];
+  {
+    int64_t d[ATTNC_MAX_RANK];
+    int a, r = g->shape[ATTNC_SLOT_CACHE_LEN].rank;
+    for (a = 0; a < r; a++) d[a] = resolve(b, g->shape[ATTNC_SLOT_CACHE_LEN].dim[a]);
+    attnc_bindings_shape_text(d, r, sh, sizeof sh);
+  }
+  snprintf(form, sizeof form, "a scalar, or the batch axes %s", sh);
+  return broadcast_int64(b, &b->t[ATTNC_SLOT_CACHE_LEN], b->from[ATTNC_SLOT_CACHE_LEN], &g->shape[ATTNC_SLOT_CACHE_LEN], 0, 0,
+                         form, &b->cache_len, &b->cache_len_n, err);
 }
 
 /* Rows (elements / last dim) of the tensor of signature sh, in double. */
@@ -572,6 +638,81 @@ static attnc_status check_work(const attnc_bindings *b, attnc_error *err)
   return ATTNC_OK;
 }
 
+/* A signature as the spec writes it: "(B, 2, CAP, 32)". */
+static void sig_text(const attnc_gen *g, const attnc_shape *sh, char *buf, size_t n)
+{
+  size_t len = (size_t)snprintf(buf, n, "(");
+  int a;
+  for (a = 0; a < sh->rank && len < n; a++) {
+    const int64_t d = sh->dim[a];
+    if (d > 0) len += (size_t)snprintf(buf + len, n - len, "%s%lld", a ? ", " : "", (long long)d);
+    else len += (size_t)snprintf(buf + len, n - len, "%s%s", a ? ", " : "", -d <= g->ndims ? g->dim_names[-d - 1] : "?");
+  }
+  if (len < n) snprintf(buf + len, n - len, ")");
+}
+
+/* The form of each cache tensor, for messages. */
+static const char *cache_form(int slot)
+{
+  switch (slot) {
+  case ATTNC_SLOT_K_CACHE: case ATTNC_SLOT_V_CACHE: return "(batch axes..., G, CAP, c)";
+  case ATTNC_SLOT_CACHE_LEN: return "a scalar, or the batch axes";
+  default: return "(batch axes..., G, CAP)";
+  }
+}
+
+static attnc_status missing_cache(const attnc_gen *g, int slot, attnc_error *err)
+{
+  char sh[256];
+  sig_text(g, &g->shape[slot], sh, sizeof sh);
+  if (slot == ATTNC_SLOT_CACHE_LEN)
+    return attnc_err_set(err, ATTNC_EMISSING,
+                         "missing tensor 'cache_len': the spec has cache=CAP: bind the number of cache positions already "
+                         "filled (0 for an empty cache), I32 or I64, a scalar or one per batch element %s (size-1 axes "
+                         "broadcast)", sh);
+  return attnc_err_set(err, ATTNC_EMISSING,
+                       "missing tensor '%s': the spec has cache=CAP: bind the %s, %s = %s of %s, which the kernel "
+                       "updates in place", attnc_slot_name(slot),
+                       slot == ATTNC_SLOT_K_CACHE ? "key cache" : slot == ATTNC_SLOT_V_CACHE ? "value cache"
+                       : "int8 cache's per-row scales", cache_form(slot), sh, attnc_dtype_name(attnc_slot_dtype(g, slot)));
+}
+
+/* A cache of the wrong shape: the message also says what shape it must have. */
+static attnc_status cache_shape_hint(const attnc_gen *g, int slot, attnc_status s, attnc_error *err)
+{
+  char sh[256];
+  size_t len;
+  if (!err || s != ATTNC_EBIND) return s;
+  sig_text(g, &g->shape[slot], sh, sizeof sh);
+  len = strlen(err->message);
+  if (len < sizeof err->message)
+    snprintf(err->message + len, sizeof err->message - len, "; %s is %s = %s, exactly (it is written in place, never broadcast)",
+             attnc_slot_name(slot), cache_form(slot), sh);
+  return s;
+}
+
+/* The kernel writes the caches while it reads them: two that share memory
+ * would overwrite each other's rows. */
+static attnc_status check_cache_overlap(const attnc_bindings *b, attnc_error *err)
+{
+  static const int slots[] = { ATTNC_SLOT_K_CACHE, ATTNC_SLOT_V_CACHE, ATTNC_SLOT_K_CACHE_SCALE, ATTNC_SLOT_V_CACHE_SCALE };
+  size_t i, j;
+  for (i = 0; i < 4; i++)
+    for (j = i + 1; j < 4; j++) {
+      const attnc_tensor *x = &b->t[slots[i]], *y = &b->t[slots[j]];
+      const char *xa, *ya;
+      if (!b->from[slots[i]] || !b->from[slots[j]] || !x->data || !y->data) continue;
+      xa = x->data;
+      ya = y->data;
+      if (xa < ya + (size_t)elems_of(y->shape, y->rank) * attnc_dtype_size(y->dtype) &&
+          ya < xa + (size_t)elems_of(x->shape, x->rank) * attnc_dtype_size(x->dtype))
+        return attnc_err_set(err, ATTNC_EBIND,
+                             "tensors '%s' and '%s' share memory: the kernel writes both in place; give each its own buffer",
+                             b->from[slots[i]], b->from[slots[j]]);
+    }
+  return ATTNC_OK;
+}
+
 attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
 {
   const attnc_gen *g;
@@ -581,7 +722,8 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
     ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V, ATTNC_SLOT_BIAS, ATTNC_SLOT_SINKS, ATTNC_SLOT_ROPE_FREQS,
     ATTNC_SLOT_WQ, ATTNC_SLOT_BQ, ATTNC_SLOT_WK, ATTNC_SLOT_BK, ATTNC_SLOT_WV, ATTNC_SLOT_BV,
     ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO, ATTNC_SLOT_WQ_SCALE, ATTNC_SLOT_WK_SCALE,
-    ATTNC_SLOT_WV_SCALE, ATTNC_SLOT_WG_SCALE, ATTNC_SLOT_WO_SCALE
+    ATTNC_SLOT_WV_SCALE, ATTNC_SLOT_WG_SCALE, ATTNC_SLOT_WO_SCALE,
+    ATTNC_SLOT_K_CACHE, ATTNC_SLOT_V_CACHE, ATTNC_SLOT_K_CACHE_SCALE, ATTNC_SLOT_V_CACHE_SCALE
   };
   attnc_err_clear(err);
   if (!b) return attnc_err_set(err, ATTNC_EARG, "bindings are NULL");
@@ -594,10 +736,16 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   for (i = 0; i < (int)(sizeof order / sizeof order[0]); i++) {
     slot = order[i];
     if (!g->used[slot] || (g->optional[slot] && !b->from[slot])) continue;
+    if (!b->from[slot] && attnc_slot_is_cache(slot))
+      return missing_cache(g, slot, err);
     if (!b->from[slot])
       return attnc_err_set(err, ATTNC_EMISSING, "missing tensor '%s' (bind it as %s)", attnc_slot_name(slot), slot_aliases(slot));
     s = check_shape(b, b->from[slot], &b->t[slot], &g->shape[slot], err);
-    if (s != ATTNC_OK) return s;
+    if (s != ATTNC_OK) return attnc_slot_is_cache(slot) ? cache_shape_hint(g, slot, s, err) : s;
+  }
+  if (g->has_cache) {
+    if (!b->from[ATTNC_SLOT_CACHE_LEN]) return missing_cache(g, ATTNC_SLOT_CACHE_LEN, err);
+    if ((s = check_cache_overlap(b, err)) != ATTNC_OK) return s;
   }
   for (d = 0; d < g->ndims; d++)
     if (!b->dim_set[d]) return attnc_err_set(err, ATTNC_EMISSING, "named dim %s is not bound", g->dim_names[d]);
@@ -606,6 +754,7 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
   for (i = 0; i < 2; i++)
     if (g->has_positions && b->from[i ? ATTNC_SLOT_K_POS : ATTNC_SLOT_Q_POS] && (s = prepare_positions(b, i, err)) != ATTNC_OK)
       return s;
+  if (g->has_cache && (s = prepare_cache_len(b, err)) != ATTNC_OK) return s;
   if (g->has_mask) {
     if (!b->from[ATTNC_SLOT_MASK])
       return attnc_err_set(err, ATTNC_EMISSING, "missing tensor 'mask' (the spec has mask=key)");
@@ -630,6 +779,11 @@ static int extra_output(const attnc_gen *g, const char *name, const attnc_shape 
 
 static attnc_status no_output(const char *name, attnc_error *err)
 {
+  const int slot = attnc_bindings_lookup_name(name);
+  if (slot >= 0 && attnc_slot_is_cache(slot) == 1)
+    return attnc_err_set(err, ATTNC_EARG,
+                         "'%s' is not an output: bind the caller's %s with attnc_bind and the kernel updates it in "
+                         "place (attnc_inplace_name lists such tensors)", name, name);
   return attnc_err_set(err, ATTNC_EARG, "the spec has no output '%s'%s", name,
                        strcmp(name, "lse") == 0 ? " (add the key lse)"
                        : strcmp(name, "attn") == 0 ? " (add the key weights_out)"

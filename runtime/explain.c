@@ -100,7 +100,7 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
   struct text t = { NULL, 0, 0, 0 };
   size_t es;
   int slot, i, known = 1;
-  double weights = 0, inputs = 0;
+  double weights = 0, inputs = 0, cache = 0;
   double H, G, C, Sq, Sk, nb = 1, rows_x = 1, rows_kv = 1, rows_out = 1;
   attnc_err_clear(err);
   if (!text) return attnc_err_set(err, ATTNC_EARG, "attnc_explain needs somewhere to put the text");
@@ -123,7 +123,7 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
   for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
     if (!g.used[slot] || slot == ATTNC_SLOT_MASK) continue;
     shape_line(&t, &g, attnc_slot_name(slot), &g.shape[slot], attnc_dtype_size(attnc_slot_dtype(&g, slot)), names, values, n,
-               slot >= ATTNC_SLOT_WQ ? &weights : &inputs);
+               attnc_slot_is_weight(slot) ? &weights : attnc_slot_is_cache(slot) == 1 ? &cache : &inputs);
   }
   if (g.has_mask) shape_line(&t, &g, "mask", &g.mask, 1, names, values, n, &inputs);
   shape_line(&t, &g, "out", &g.out, es, names, values, n, NULL);
@@ -155,6 +155,7 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
       }
       Sq = dimval(&g, x->dim[g.axis], names, values, n);
       Sk = dimval(&g, kv->dim[g.axis], names, values, n);
+      if (g.has_cache) Sk = dimval(&g, g.cache_cap, names, values, n); /* the keys are the CAP cache positions */
       proj = 2 * rows_x * (double)g.c_in * H * C + 2 * 2 * rows_kv * (double)g.c_kv * G * C;
       if (g.gated) gate = 2 * rows_x * (double)g.c_in * H * C;
       outp = 2 * rows_out * H * C * (double)g.c_in;
@@ -183,9 +184,17 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
       put(&t, "  unmasked total      %14.0f  (%.3f GFLOP): q.k and p.v over those pairs only\n",
           total - scores - wsum + att, (total - scores - wsum + att) / 1e9);
     }
-    put(&t, "memory:\n  weights %.0f bytes, inputs %.0f bytes, scratch %.0f bytes\n", weights, inputs, scratch);
-    put(&t, "  arithmetic intensity %.2f FLOP/byte (over weights + inputs + output)\n",
-        total / (weights + inputs + rows_out * (g.core ? 1 : (double)g.c_in) * (double)es + 1e-300));
+    if (g.has_cache) {
+      put(&t, "  (a cache: q.k and p.v over all CAP positions; a run attends to cache_len + i + 1 of them,\n"
+              "   the unmasked pairs above count a cache full after the run)\n");
+      put(&t, "memory:\n  weights %.0f bytes, inputs %.0f bytes, cache %.0f bytes (k_cache, v_cache%s: updated in place), "
+              "scratch %.0f bytes\n", weights, inputs, cache, g.kv_dtype == ATTNC_I8 ? " and their scales" : "", scratch);
+    } else {
+      put(&t, "memory:\n  weights %.0f bytes, inputs %.0f bytes, scratch %.0f bytes\n", weights, inputs, scratch);
+    }
+    put(&t, "  arithmetic intensity %.2f FLOP/byte (over weights + inputs%s + output)\n",
+        total / (weights + inputs + cache + rows_out * (g.core ? 1 : (double)g.c_in) * (double)es + 1e-300),
+        g.has_cache ? " + cache" : "");
   }
   attnc_gen_free(&g);
   if (t.oom) {

@@ -396,6 +396,18 @@ int attnc_slot_is_matrix(int slot)
          slot == ATTNC_SLOT_WO;
 }
 
+int attnc_slot_is_weight(int slot)
+{
+  return slot >= ATTNC_SLOT_WQ && slot <= ATTNC_SLOT_WO_SCALE;
+}
+
+int attnc_slot_is_cache(int slot)
+{
+  if (slot == ATTNC_SLOT_CACHE_LEN) return 2;
+  return slot == ATTNC_SLOT_K_CACHE || slot == ATTNC_SLOT_V_CACHE || slot == ATTNC_SLOT_K_CACHE_SCALE ||
+         slot == ATTNC_SLOT_V_CACHE_SCALE;
+}
+
 int attnc_slot_scale(int slot)
 {
   switch (slot) {
@@ -412,6 +424,8 @@ attnc_dtype attnc_slot_dtype(const attnc_gen *g, int slot)
 {
   if (slot == ATTNC_SLOT_MASK) return ATTNC_U8;
   if (attnc_slot_is_matrix(slot)) return g->wdtype;
+  if (slot == ATTNC_SLOT_K_CACHE || slot == ATTNC_SLOT_V_CACHE) return g->kv_dtype;
+  if (slot == ATTNC_SLOT_CACHE_LEN) return ATTNC_I64;
   if (slot >= ATTNC_SLOT_WQ_SCALE || slot == ATTNC_SLOT_ROPE_FREQS) return ATTNC_F32;
   if (slot == ATTNC_SLOT_Q_POS || slot == ATTNC_SLOT_K_POS) return ATTNC_I64;
   return g->dtype;
@@ -439,6 +453,11 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
     dt = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
     g->wdtype = !dt ? g->dtype : strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64
               : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
+    lua_pop(L, 1);
+    lua_getfield(L, sp, "kv_dtype"); /* cache specs only */
+    dt = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+    g->kv_dtype = !dt ? g->dtype : strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64
+                : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
     lua_pop(L, 1);
   }
   lua_getfield(L, sp, "dims");
@@ -540,6 +559,11 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   }
   lua_pop(L, 1);
   g->has_attn = opt_shape(L, t, "attn", g, &g->attn);
+  if (g->used[ATTNC_SLOT_K_CACHE]) { /* CAP: the caches' second last axis, a constant or a named dim */
+    const attnc_shape *kc = &g->shape[ATTNC_SLOT_K_CACHE];
+    g->has_cache = 1;
+    g->cache_cap = kc->rank >= 2 ? kc->dim[kc->rank - 2] : 0;
+  }
   lua_getfield(L, sp, "window");
   if (lua_istable(L, -1)) {
     g->has_window = 1;

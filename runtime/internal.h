@@ -57,6 +57,12 @@ typedef struct attnc_gen {
   attnc_shape pos_shape[2];
   double rope_theta;
   attnc_shape lse;
+  /* a KV cache (spec key cache): k_cache, v_cache (batch axes..., G, CAP,
+   * c) of kv_dtype (I8 for int8, with F32 scales), written in place, and
+   * cache_len (batch axes); cache_cap is CAP as a shape dim */
+  int has_cache;
+  attnc_dtype kv_dtype;
+  int64_t cache_cap;
 } attnc_gen;
 
 /* host.c: run the embedded Lua generator (plain: the plain form). */
@@ -132,6 +138,8 @@ struct attnc_bindings {
   attnc_tensor lse, attn; /* the outputs lse and attn, when bound (attnc_bind_output) */
   long long *pos[2];      /* q_pos, k_pos broadcast to dense (batch elements, S) int64 */
   size_t pos_n[2];
+  long long *cache_len;   /* cache_len broadcast to dense (batch elements) int64 */
+  size_t cache_len_n;
   int has_lse, has_attn;
   int has_in_proj_w, has_in_proj_b, has_in_proj_s;
   int64_t dims[64];
@@ -179,6 +187,11 @@ const char *attnc_slot_name(int slot);
 attnc_dtype attnc_slot_dtype(const attnc_gen *g, int slot);
 /* 1 for the weight matrix slots (WQ, WK, WV, WG, WO); their scale slot. */
 int attnc_slot_is_matrix(int slot);
+/* 1 for the weights, biases and int8 weight scales (WQ .. WO_SCALE). */
+int attnc_slot_is_weight(int slot);
+/* 1 for the slots a kernel writes in place (K_CACHE, V_CACHE and their
+ * int8 scales); 2 for CACHE_LEN. */
+int attnc_slot_is_cache(int slot);
 int attnc_slot_scale(int slot);
 
 #endif

@@ -187,6 +187,19 @@ const char *attnc_dim_name(const attnc_kernel *k, int i)
   return (k && i >= 0 && i < k->gen.ndims) ? k->gen.dim_names[i] : NULL;
 }
 
+const char *attnc_inplace_name(const attnc_kernel *k, int i, attnc_dtype *dtype)
+{
+  static const int slots[] = { ATTNC_SLOT_K_CACHE, ATTNC_SLOT_V_CACHE, ATTNC_SLOT_K_CACHE_SCALE, ATTNC_SLOT_V_CACHE_SCALE };
+  int j, n = 0;
+  if (!k || i < 0) return NULL;
+  for (j = 0; j < 4; j++)
+    if (k->gen.used[slots[j]] && n++ == i) {
+      if (dtype) *dtype = attnc_slot_dtype(&k->gen, slots[j]);
+      return attnc_slot_name(slots[j]);
+    }
+  return NULL;
+}
+
 attnc_status attnc_spec_canonical(const char *spec, const attnc_options *opts, char *buf, size_t n, attnc_error *err)
 {
   char *c = NULL;

@@ -1,5 +1,6 @@
 /* Running bound kernels: weights packed for the primitives, scratch,
  * and each phase's items handed to the thread pool. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,8 +32,10 @@ static attnc_status convert_tensors(attnc_bindings *b, attnc_args *args, attnc_e
     const attnc_tensor *t = &b->t[slot];
     const attnc_dtype kd = attnc_slot_dtype(&b->k->gen, slot);
     size_t n = 1;
-    if (!b->k->gen.used[slot] || !b->from[slot] || slot == ATTNC_SLOT_MASK || t->dtype == kd || kd == ATTNC_I64) continue;
-    if (slot >= ATTNC_SLOT_WQ && b->conv_from[slot] == t->data && b->conv[slot]) {
+    if (!b->k->gen.used[slot] || !b->from[slot] || slot == ATTNC_SLOT_MASK || t->dtype == kd || kd == ATTNC_I64 ||
+        attnc_slot_is_cache(slot))
+      continue; /* (the caches are bound in their own dtype: attnc_bind checks) */
+    if (attnc_slot_is_weight(slot) && b->conv_from[slot] == t->data && b->conv[slot]) {
       args->t[slot] = b->conv[slot];
       continue;
     }
@@ -104,6 +107,49 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
   return ATTNC_OK;
 }
 
+/* A cache spec: every cache_len[b] leaves room for the Sq new rows.
+ * Checked before the kernel starts, so a bad length writes nothing. */
+static attnc_status check_cache_len(const attnc_bindings *b, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  const int64_t *dims = attnc_bindings_dims(b);
+  const attnc_shape *bs = &g->shape[ATTNC_SLOT_CACHE_LEN], *x = &g->shape[ATTNC_SLOT_X];
+  const int64_t sq = x->dim[g->axis] > 0 ? x->dim[g->axis] : dims[-x->dim[g->axis] - 1];
+  const int64_t cap = g->cache_cap > 0 ? g->cache_cap : dims[-g->cache_cap - 1];
+  size_t i, n = 1;
+  int a;
+  for (a = 0; a < bs->rank; a++) n *= (size_t)(bs->dim[a] > 0 ? bs->dim[a] : dims[-bs->dim[a] - 1]);
+  for (i = 0; i < n; i++) {
+    const long long len = b->cache_len[i];
+    char at[256];
+    size_t rest = i, p = 0;
+    if (len >= 0 && len <= cap - sq) continue;
+    /* name the batch element: its index over the batch axes */
+    at[0] = '\0';
+    if (bs->rank > 0) {
+      int64_t idx[ATTNC_MAX_RANK];
+      for (a = bs->rank - 1; a >= 0; a--) {
+        const int64_t d = bs->dim[a] > 0 ? bs->dim[a] : dims[-bs->dim[a] - 1];
+        idx[a] = (int64_t)(rest % (size_t)d);
+        rest /= (size_t)d;
+      }
+      p = (size_t)snprintf(at, sizeof at, "[");
+      for (a = 0; a < bs->rank && p < sizeof at; a++)
+        p += (size_t)snprintf(at + p, sizeof at - p, "%s%lld", a ? ", " : "", (long long)idx[a]);
+      if (p < sizeof at) snprintf(at + p, sizeof at - p, "]");
+    }
+    if (len < 0)
+      return attnc_err_set(err, ATTNC_EBIND,
+                           "cache_len%s = %lld is negative: it counts the cache positions already filled (0 for an "
+                           "empty cache); nothing was run and the caches are unchanged", at, len);
+    return attnc_err_set(err, ATTNC_EBIND,
+                         "cache_len%s = %lld leaves no room for the %lld new rows of x: %lld + %lld > CAP = %lld; nothing "
+                         "was run and the caches are unchanged: start a new sequence (cache_len 0), give the cache more "
+                         "room (a larger CAP), or pass fewer rows", at, len, (long long)sq, len, (long long)sq, (long long)cap);
+  }
+  return ATTNC_OK;
+}
+
 attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
 {
   attnc_tensor want;
@@ -125,6 +171,10 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
     }
   if (!out->data) return attnc_err_set(err, ATTNC_EARG, "output has no data");
   if ((s = attnc_bindings_check_aligned("the output", out, err)) != ATTNC_OK) return s;
+  if ((s = attnc_bindings_check_outputs(b, err)) != ATTNC_OK) return s;
+  if (b->k->gen.has_cache && (s = check_cache_len(b, err)) != ATTNC_OK) return s;
+  /* from here on nothing fails but running out of memory, which the
+   * allocations below report before the kernel writes anything */
   memset(&args, 0, sizeof args);
   for (i = 0; i < b->k->gen.ndims && i < 64; i++) dims[i] = (long)b->dims[i];
   args.dims = dims;
@@ -139,8 +189,9 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
     args.t[ATTNC_SLOT_MASK] = b->mask_u8;
     memcpy(args.mask_stride, b->mask_stride, sizeof args.mask_stride);
   }
+  if (b->k->gen.has_cache) /* the dense int64 copy attnc_output_shape made; the caches are bound as they are */
+    args.t[ATTNC_SLOT_CACHE_LEN] = b->cache_len;
   args.out = out->data;
-  if ((s = attnc_bindings_check_outputs(b, err)) != ATTNC_OK) return s;
   if (b->k->gen.has_lse) args.lse = b->lse.data;
   if (b->k->gen.has_attn) args.attn = b->attn.data;
   if (b->k->gen.plain) /* the plain form: one call, on this thread, its own buffers */

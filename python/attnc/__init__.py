@@ -45,10 +45,11 @@ _CODE_OF = {
     np.dtype(np.uint32): _U32, np.dtype(np.uint64): _U64, np.dtype(np.bool_): _BOOL,
 }
 # Inputs that hold integers, where a uint16 array means U16, not bfloat16 bits.
-_INTEGER_INPUTS = ("mask", "q_pos", "k_pos")
+_INTEGER_INPUTS = ("mask", "q_pos", "k_pos", "cache_len")
 # Inputs (as opposed to weights): with a prefix they bind with or without it,
 # as attnc_bind_safetensors binds them.
-_INPUTS = ("x", "kv", "bias", "mask", "q", "k", "v", "sinks", "rope_freqs", "q_pos", "k_pos")
+_INPUTS = ("x", "kv", "bias", "mask", "q", "k", "v", "sinks", "rope_freqs", "q_pos", "k_pos",
+           "k_cache", "v_cache", "cache_len", "k_cache_scale", "v_cache_scale")
 # The outputs besides "out" that a spec may ask for (attnc_output_info).
 _EXTRA_OUTPUTS = ("lse", "attn")
 
@@ -163,6 +164,7 @@ _bindings_threads = _proto("attnc_bindings_threads", _I, _P)
 _run = _proto("attnc_run", _I, _P, _T, _E)
 _dim_count = _proto("attnc_dim_count", _I, _P)
 _dim_name = _proto("attnc_dim_name", _S, _P, _I)
+_inplace_name = _proto("attnc_inplace_name", _S, _P, _I, ctypes.POINTER(ctypes.c_int))
 _isa = _proto("attnc_isa", _S)
 _st_open = _proto("attnc_st_open", _P, _S, _E)
 _st_count = _proto("attnc_st_count", ctypes.c_size_t, _P)
@@ -322,6 +324,31 @@ def float32_to_bf16(a):
     return out.reshape(f.shape)
 
 
+def _cache_array(name, value, code):
+    """(array to bind, copied): a cache the kernel writes in place, in its dtype exactly.
+
+    A C-contiguous, aligned, writable numpy array of the cache's dtype (bf16:
+    uint16 bits or ml_dtypes.bfloat16) is bound as it is, so the run updates
+    it in place; anything else is copied into a new array of that dtype
+    (floats rounded to bf16 or f16 as attnc rounds), and the copy is updated.
+    """
+    want = np.dtype(_NUMPY_OF[code])
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if _is_ml_bf16(arr.dtype):
+        arr = arr.view(np.uint16)
+    if (isinstance(value, np.ndarray) and arr.dtype == want and arr.dtype.isnative and arr.flags.c_contiguous
+            and arr.flags.aligned and arr.flags.writeable):
+        return arr, False
+    if code == _I8 and arr.dtype != np.int8:
+        raise Error("tensor '%s' has numpy dtype %s but the spec's cache is kv_dtype=int8: pass int8 values, "
+                    "with their F32 per-row scales as %s_scale" % (name, arr.dtype, name), 4)
+    if arr.dtype == np.uint16 and code != _BF16:
+        arr = bf16_to_float32(arr)  # bfloat16 bits
+    if code == _BF16:
+        return (arr.copy(order="C") if arr.dtype == np.uint16 else float32_to_bf16(arr)), True
+    return np.array(arr, dtype=want, order="C", copy=True), True
+
+
 # ---- kernels ----
 
 class Kernel:
@@ -349,6 +376,14 @@ class Kernel:
         self.name = _name(k).decode()
         self.backend = _BACKEND_NAMES.get(_kernel_backend(k), "?")
         self.dims = tuple(_dim_name(k, i).decode() for i in range(_dim_count(k)))
+        # the inputs the kernel updates in place (a KV cache), with their attnc dtypes
+        self.inplace = {}
+        while True:
+            code = ctypes.c_int()
+            n = _inplace_name(k, len(self.inplace), ctypes.byref(code))
+            if not n:
+                break
+            self.inplace[n.decode()] = code.value
 
     def __del__(self, _release=_release):
         if getattr(self, "_k", None):
@@ -359,7 +394,8 @@ class Kernel:
         return "<attnc.Kernel %s (%s, %s form): %s>" % (self.name, self.backend, self.form, self.canonical)
 
     def run(self, tensors, prefix="", seed=0, dims=None):
-        """Run the kernel; returns {"out": array, and "lse" / "attn" when the spec asks for them}.
+        """Run the kernel; returns {"out": array, "lse" / "attn" when the spec asks for them,
+        and a cache spec's caches}.
 
         tensors maps names (x, kv, bias, mask, q, k, v, q_pos, k_pos, sinks,
         rope_freqs, and the weights under any naming scheme) to arrays.
@@ -369,6 +405,15 @@ class Kernel:
         be one the kernel uses.  dims sets named dims ({"S": 5}) that are
         otherwise inferred from the tensors.  seed is the dropout seed of a
         train spec (training is not built yet: no spec uses it today).
+
+        A cache spec (cache=CAP) also takes k_cache, v_cache (and with
+        kv_dtype=int8 k_cache_scale, v_cache_scale) and cache_len.  The run
+        writes the new rows into the caches: a C-contiguous, aligned,
+        writable array of the cache's dtype is updated in place; any other
+        is copied and the copy updated.  Either way the result holds each
+        cache under its plain name ("k_cache", ...), the very array given
+        when it was updated in place.  The caller then adds the new rows'
+        count to cache_len.
         """
         if not hasattr(tensors, "items"):
             raise Error("run takes a dict of name -> array, got %s" % type(tensors).__name__)
@@ -379,6 +424,7 @@ class Kernel:
         if not b:
             raise Error("out of memory for the bindings", 8)
         keep = []  # every array the bindings point at, alive until the run returns
+        caches = {}  # name -> the array the kernel writes (the caller's, or a copy)
         bf16_dtype = None
         try:
             _check(_set_threads(b, self.threads or 0, ctypes.byref(err)), err)
@@ -396,7 +442,17 @@ class Kernel:
                     continue  # a tensor of another layer
                 if isinstance(value, np.ndarray) and _is_ml_bf16(value.dtype):
                     bf16_dtype = value.dtype
-                arr, code, _ = _prepare(name, value)
+                if name in self.inplace:
+                    code = self.inplace[name]
+                    arr, copied = _cache_array(name, value, code)
+                    if not copied:
+                        caches[name] = value
+                    elif code == _BF16 and isinstance(value, np.ndarray) and _is_ml_bf16(value.dtype):
+                        caches[name] = arr.view(value.dtype)
+                    else:
+                        caches[name] = arr
+                else:
+                    arr, code, _ = _prepare(name, value)
                 keep.append(arr)
                 t = _tensor(arr, code)
                 _check(_bind(b, name.encode(), ctypes.byref(t), ctypes.byref(err)), err)
@@ -415,6 +471,7 @@ class Kernel:
                 _check(_bind_output(b, oname.encode(), ctypes.byref(t), ctypes.byref(err)), err)
             # the GIL is released for the length of this call (ctypes.CDLL)
             _check(_run(b, ctypes.byref(out_t), ctypes.byref(err)), err)
+            outs.update(caches)
             return outs
         finally:
             _bindings_free(b)

@@ -639,5 +639,111 @@ class TestPackage(unittest.TestCase):
         self.assertEqual(r.stdout.replace(svg, "heatmap.svg"), want)
 
 
+CACHE_SPEC = "mha x=B,S,16 heads=4 kv_heads=2 cache=CAP"
+
+
+def cache_tensors(rng, B=2, S=3, cap=8, dtype=np.float32, cache_len=(0, 5)):
+    """Weights, x and random caches (B, 2, CAP, 4) for CACHE_SPEC."""
+    t = mha_tensors(rng, B, S, 16, 4, G=2)
+    t["k_cache"] = rand(rng, (B, 2, cap, 4), 1.0, dtype)
+    t["v_cache"] = rand(rng, (B, 2, cap, 4), 1.0, dtype)
+    t["cache_len"] = np.array(cache_len, np.int64)
+    return t
+
+
+class TestCache(unittest.TestCase):
+    """KV caches: what binds in place, what is copied, and the run-time errors."""
+
+    def test_caches_are_returned_and_updated_in_place(self):
+        t = cache_tensors(np.random.default_rng(40))
+        k = attnc.compile(CACHE_SPEC)
+        self.assertEqual(k.inplace, {"k_cache": attnc._F32, "v_cache": attnc._F32})
+        outs = k.run(t)
+        self.assertEqual(sorted(outs), ["k_cache", "out", "v_cache"])
+        self.assertIs(outs["k_cache"], t["k_cache"])  # C-contiguous float32: the caller's own array
+        self.assertIs(outs["v_cache"], t["v_cache"])
+
+    def test_other_arrays_are_copied_and_the_copy_returned(self):
+        rng = np.random.default_rng(41)
+        t = cache_tensors(rng)
+        big = np.zeros((2, 2, 16, 4), np.float32)
+        ro = t["v_cache"].copy()
+        ro.flags.writeable = False
+        kinds = {"float64": t["k_cache"].astype(np.float64), "strided": big[:, :, ::2], "read-only": ro}
+        for what, kc in kinds.items():
+            before = kc.copy()
+            u = dict(t, k_cache=kc)
+            outs = attnc.compile(CACHE_SPEC).run(u)
+            self.assertIsNot(outs["k_cache"], kc, what)
+            self.assertEqual(outs["k_cache"].dtype, np.float32, what)
+            self.assertTrue(outs["k_cache"].flags.c_contiguous, what)
+            self.assertTrue(np.array_equal(kc, before), what + ": the caller's array is not written")
+
+    def test_bf16_and_int8_caches(self):
+        rng = np.random.default_rng(42)
+        t = cache_tensors(rng)
+        kb = attnc.compile(CACHE_SPEC + " kv_dtype=bf16")
+        self.assertEqual(kb.inplace, {"k_cache": attnc._BF16, "v_cache": attnc._BF16})
+        u = dict(t, k_cache=attnc.float32_to_bf16(t["k_cache"]))
+        outs = kb.run(u)
+        self.assertIs(outs["k_cache"], u["k_cache"])
+        self.assertEqual(outs["v_cache"].dtype, np.uint16)  # float32 given: a bf16 copy, rounded as attnc rounds
+        same_bits(self, outs["v_cache"], attnc.float32_to_bf16(t["v_cache"]), "bf16 copy")
+        k8 = attnc.compile(CACHE_SPEC + " kv_dtype=int8")
+        self.assertEqual(sorted(k8.inplace), ["k_cache", "k_cache_scale", "v_cache", "v_cache_scale"])
+        with self.assertRaises(attnc.Error) as cm:
+            k8.run(t)  # float caches for an int8 cache: not quantised behind the caller's back
+        self.assertIn("kv_dtype=int8", str(cm.exception))
+
+    def test_errors_leave_the_caches_unchanged(self):
+        k = attnc.compile(CACHE_SPEC)
+        cases = {
+            "cache_len[1] = 6 leaves no room for the 3 new rows of x: 6 + 3 > CAP = 8": {"cache_len": np.array([0, 6])},
+            "cache_len[0] = -1 is negative": {"cache_len": np.array([-1, 0], np.int32)},
+            "pass I32 or I64": {"cache_len": np.array([0.0, 1.0])},
+            "tensors 'k_cache' and 'v_cache' share memory": "alias",
+            "missing tensor 'cache_len'": {"cache_len": None},
+        }
+        for want, change in cases.items():
+            t = cache_tensors(np.random.default_rng(43))
+            if change == "alias":
+                t["v_cache"] = t["k_cache"]
+            else:
+                t.update(change)
+            t = {n: a for n, a in t.items() if a is not None}
+            before = {n: t[n].copy() for n in ("k_cache", "v_cache")}
+            with self.assertRaises(attnc.Error) as cm:
+                k.run(t)
+            self.assertIn(want, str(cm.exception))
+            for n in before:
+                same_bits(self, t[n], before[n], "%s after: %s" % (n, want))
+        with self.assertRaises(attnc.Error) as cm:
+            attnc.compile("mha x=B,S,16 heads=4 kv_heads=2").run(cache_tensors(np.random.default_rng(44)))
+        self.assertIn("add cache=CAP", str(cm.exception))
+
+
+class TestCacheKernel(unittest.TestCase):
+    """Decoding through the cache equals attention over the whole sequence.
+
+    These need the generated kernel to read and write the caches (issue 28).
+    """
+
+    def test_prefill_then_decode_equals_causal_attention(self):
+        rng = np.random.default_rng(45)
+        B, S, cap = 2, 6, 8
+        t = mha_tensors(rng, B, S, 16, 4, G=2)
+        want = attnc.compile("mha x=B,S,16 heads=4 kv_heads=2 causal").run(t)["out"]
+        k = attnc.compile(CACHE_SPEC)
+        kc = np.zeros((B, 2, cap, 4), np.float32)
+        vc = np.zeros_like(kc)
+        pre = 4  # prefill 4 rows, then decode the last 2 one at a time
+        got = [k.run(dict(t, x=t["x"][:, :pre], k_cache=kc, v_cache=vc, cache_len=0))["out"]]
+        self.assertFalse(np.any(kc[:, :, :pre] == 0), "the prefill wrote its rows")
+        self.assertFalse(np.any(kc[:, :, pre:] != 0), "and only those")
+        for i in range(pre, S):
+            got.append(k.run(dict(t, x=t["x"][:, i:i + 1].copy(), k_cache=kc, v_cache=vc, cache_len=i))["out"])
+        assert_close(self, np.concatenate(got, axis=1), want, 1e-4, 1e-5, 1e-9, "decode vs causal")
+
+
 if __name__ == "__main__":
     unittest.main()
