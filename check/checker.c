@@ -17,11 +17,13 @@ static double uniform(uint64_t *s)
   return (double)((*s * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
-/* Element i of a floating tensor, as a double (exact). */
+/* Element i of a floating or integer tensor, as a double (exact). */
 static double value_at(const attnc_tensor *t, size_t i)
 {
   double d;
   if (t->dtype == ATTNC_I8) return ((const int8_t *)t->data)[i];
+  if (t->dtype == ATTNC_I32) return ((const int32_t *)t->data)[i];
+  if (t->dtype == ATTNC_I64) return (double)((const int64_t *)t->data)[i];
   attnc_convert((const char *)t->data + i * attnc_dtype_size(t->dtype), t->dtype, &d, ATTNC_F64, 1);
   return d;
 }
@@ -87,6 +89,142 @@ struct buf {
   void *mem; /* what t.data points into */
   double *ref;
 };
+
+/* ---- KV caches ------------------------------------------------------------ */
+
+static int is_cache_slot(int slot)
+{
+  return slot == ATTNC_SLOT_K_CACHE || slot == ATTNC_SLOT_V_CACHE || slot == ATTNC_SLOT_K_CACHE_SCALE ||
+         slot == ATTNC_SLOT_V_CACHE_SCALE || slot == ATTNC_SLOT_CACHE_LEN;
+}
+
+/* The storage of a cache spec's k_cache and v_cache: kv_dtype, which the
+ * canonical form spells out only when it differs from dtype. */
+static attnc_dtype cache_dtype(const attnc_gen *g)
+{
+  static const struct { const char *word; attnc_dtype dt; } KV[] = {
+    { "int8", ATTNC_I8 }, { "bf16", ATTNC_BF16 }, { "f16", ATTNC_F16 }, { "f32", ATTNC_F32 }, { "f64", ATTNC_F64 },
+  };
+  const char *at = strstr(g->canonical, " kv_dtype=");
+  size_t i;
+  if (!at) return g->dtype;
+  at += strlen(" kv_dtype=");
+  for (i = 0; i < sizeof KV / sizeof KV[0]; i++)
+    if (strncmp(at, KV[i].word, strlen(KV[i].word)) == 0) return KV[i].dt;
+  return g->dtype;
+}
+
+static int ref_kv_dtype(attnc_dtype dt)
+{
+  switch (dt) {
+  case ATTNC_F32: return REF_KV_F32;
+  case ATTNC_BF16: return REF_KV_BF16;
+  case ATTNC_F16: return REF_KV_F16;
+  case ATTNC_I8: return REF_KV_INT8;
+  default: return REF_KV_F64;
+  }
+}
+
+/* (batch elements, G, CAP, c) of a bound cache tensor; the rows are its
+ * (batch element, G, CAP) prefix. */
+static void cache_dims(const attnc_tensor *t, size_t *rows, size_t *cap, size_t *c)
+{
+  int a;
+  *rows = 1;
+  for (a = 0; a < t->rank - 1; a++) *rows *= (size_t)t->shape[a];
+  *cap = (size_t)t->shape[t->rank - 2];
+  *c = (size_t)t->shape[t->rank - 1];
+}
+
+/* int8 caches: the reference's values are q * the row's scale. */
+static void dequantise_caches(struct buf *bufs)
+{
+  static const int PAIR[2][2] = { { ATTNC_SLOT_K_CACHE, ATTNC_SLOT_K_CACHE_SCALE }, { ATTNC_SLOT_V_CACHE, ATTNC_SLOT_V_CACHE_SCALE } };
+  int i;
+  for (i = 0; i < 2; i++) {
+    struct buf *cb = &bufs[PAIR[i][0]], *sb = &bufs[PAIR[i][1]];
+    size_t rows, cap, c, r, d;
+    if (!cb->ref || !sb->ref || cb->t.dtype != ATTNC_I8) continue;
+    cache_dims(&cb->t, &rows, &cap, &c);
+    for (r = 0; r < rows; r++)
+      for (d = 0; d < c; d++) cb->ref[r * c + d] *= sb->ref[r];
+  }
+}
+
+/* The number of batch elements, and x's length on the attention axis. */
+static size_t batch_elements(const attnc_gen *g, const attnc_tensor *x, int64_t *sq)
+{
+  size_t n = 1;
+  int a;
+  for (a = 0; a < x->rank - 1; a++)
+    if (a != g->axis) n *= (size_t)x->shape[a];
+  *sq = x->shape[g->axis];
+  return n;
+}
+
+/* cache_len, bound as a scalar or with the batch axes aligned from the
+ * right (size 1 broadcasting), as one double per batch element. */
+static void dense_cache_len(const attnc_gen *g, const attnc_tensor *x, const attnc_tensor *t, double *out)
+{
+  int64_t sq, bshape[ATTNC_MAX_RANK];
+  size_t n = batch_elements(g, x, &sq), e;
+  int a, nb = 0;
+  for (a = 0; a < x->rank - 1; a++)
+    if (a != g->axis) bshape[nb++] = x->shape[a];
+  for (e = 0; e < n; e++) {
+    size_t rest = e, off = 0, stride = 1;
+    int k;
+    for (k = nb - 1; k >= 0; k--) { /* batch index k of element e, and its place in t */
+      const size_t idx = rest % (size_t)bshape[k];
+      const int ta = t->rank - (nb - k);
+      rest /= (size_t)bshape[k];
+      if (ta < 0) continue;
+      off += (t->shape[ta] == 1 ? 0 : idx) * stride;
+      stride *= (size_t)t->shape[ta];
+    }
+    out[e] = value_at(t, off);
+  }
+}
+
+/* Random cache_len: in [0, CAP - Sq] per batch element, the ends included
+ * for some seeds, never all equal when there are two elements and room;
+ * I32 or I64; a scalar for a third of the seeds.  Its ref holds one value
+ * per batch element, whatever the bound shape.  0 or -1 (out of memory). */
+static int fill_cache_len(const attnc_gen *g, struct buf *bufs, const int64_t *shape, int rank, const checker_opts *o,
+                          uint64_t *rng)
+{
+  struct buf *lb = &bufs[ATTNC_SLOT_CACHE_LEN];
+  const attnc_tensor *kc = &bufs[ATTNC_SLOT_K_CACHE].t;
+  int64_t sq, room;
+  const size_t nb = batch_elements(g, &bufs[ATTNC_SLOT_X].t, &sq);
+  const int scalar = o->cache_len_set || o->seed % 3 == 0, wide = (o->seed / 3) % 2;
+  size_t n = 1, e;
+  int a;
+  room = kc->shape[kc->rank - 2] - sq;
+  if (room < 0) room = 0; /* CAP < Sq: the run must refuse it */
+  lb->ref = malloc(nb * sizeof(double) + 1);
+  if (!lb->ref) return -1;
+  for (e = 0; e < nb; e++) {
+    int64_t len = (int64_t)((uniform(rng) * 0.5 + 0.5) * (double)(room + 1));
+    lb->ref[e] = (double)(len > room ? room : len);
+  }
+  if (o->seed % 4 == 1) lb->ref[0] = (double)room; /* the run fills the cache */
+  if (o->seed % 4 == 2) lb->ref[nb - 1] = 0;       /* the first run: an empty cache */
+  if (nb > 1 && room > 0 && lb->ref[0] == lb->ref[nb - 1]) lb->ref[nb - 1] = (double)(((int64_t)lb->ref[0] + 1) % (room + 1));
+  if (scalar)
+    for (e = 0; e < nb; e++) lb->ref[e] = o->cache_len_set ? (double)o->cache_len : lb->ref[0];
+  lb->t.dtype = wide ? ATTNC_I64 : ATTNC_I32;
+  lb->t.rank = scalar ? 0 : rank;
+  for (a = 0; a < lb->t.rank; a++) n *= (size_t)(lb->t.shape[a] = shape[a]);
+  lb->mem = malloc(n * 8 + 1);
+  if (!lb->mem) return -1;
+  lb->t.data = lb->mem;
+  for (e = 0; e < n; e++) {
+    if (wide) ((int64_t *)lb->mem)[e] = (int64_t)lb->ref[e];
+    else ((int32_t *)lb->mem)[e] = (int32_t)lb->ref[e];
+  }
+  return 0;
+}
 
 /* Fill a tensor with values in [-amp, amp] (or 0/1 keeps for a mask). */
 /* Tensors start on a 64-byte boundary, as a caller who cares for speed
@@ -202,19 +340,68 @@ static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, r
   }
   p->empty_rows = g->empty_rows == ATTNC_EMPTY_UNIFORM ? REF_EMPTY_UNIFORM
                   : g->empty_rows == ATTNC_EMPTY_NAN ? REF_EMPTY_NAN : REF_EMPTY_ZERO;
+  if (g->used[ATTNC_SLOT_K_CACHE]) { /* the caches as values, cache_len one per batch element */
+    const attnc_tensor *kc = &bufs[ATTNC_SLOT_K_CACHE].t;
+    p->cache = (long)kc->shape[kc->rank - 2];
+    p->kv_dtype = ref_kv_dtype(kc->dtype);
+    rt->k_cache = bufs[ATTNC_SLOT_K_CACHE].ref;
+    rt->v_cache = bufs[ATTNC_SLOT_V_CACHE].ref;
+    rt->cache_len = bufs[ATTNC_SLOT_CACHE_LEN].ref;
+  }
 }
 
 struct checker_inputs {
   struct buf bufs[ATTNC_SLOT_COUNT];
   int64_t dims[64];
+  void *before[ATTNC_SLOT_COUNT]; /* the caches and their scales as bound, before the kernel writes them */
 };
 
 void checker_inputs_free(checker_inputs *in)
 {
   int slot;
   if (!in) return;
-  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) { free(in->bufs[slot].mem); free(in->bufs[slot].ref); }
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+    free(in->bufs[slot].mem);
+    free(in->bufs[slot].ref);
+    free(in->before[slot]);
+  }
   free(in);
+}
+
+static size_t tensor_bytes(const attnc_tensor *t)
+{
+  size_t n = attnc_dtype_size(t->dtype);
+  int a;
+  for (a = 0; a < t->rank; a++) n *= (size_t)t->shape[a];
+  return n;
+}
+
+/* A cache slot's random contents: k_cache, v_cache in kv_dtype (int8: q in
+ * -127..127), values in [-1, 1] as projected keys have; int8 scales
+ * between 0.5/127 and 1/127; cache_len as fill_cache_len says.  A copy of
+ * each cache as bound is kept to find rows the run must not change. */
+static int fill_cache_slot(const attnc_gen *g, checker_inputs *in, int slot, const int64_t *shape, int rank,
+                           const checker_opts *o, uint64_t *rng)
+{
+  struct buf *bf = &in->bufs[slot];
+  if (slot == ATTNC_SLOT_CACHE_LEN) return fill_cache_len(g, in->bufs, shape, rank, o, rng);
+  if (slot == ATTNC_SLOT_K_CACHE || slot == ATTNC_SLOT_V_CACHE) {
+    if (fill(bf, cache_dtype(g), rank, shape, 1.0, 0, o->misalign, rng) != 0) return -1;
+  } else {
+    size_t n = 1, e;
+    int a;
+    if (fill(bf, ATTNC_F32, rank, shape, 1.0, 0, o->misalign, rng) != 0) return -1;
+    for (a = 0; a < rank; a++) n *= (size_t)shape[a];
+    for (e = 0; e < n; e++) {
+      const float sc = (float)((fabs(bf->ref[e]) * 0.5 + 0.5) / 127);
+      ((float *)bf->t.data)[e] = sc;
+      bf->ref[e] = sc;
+    }
+  }
+  in->before[slot] = malloc(tensor_bytes(&bf->t) + 1);
+  if (!in->before[slot]) return -1;
+  memcpy(in->before[slot], bf->t.data, tensor_bytes(&bf->t));
+  return 0;
 }
 
 /* The weight matrix whose int8 scales slot holds. */
@@ -262,6 +449,18 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
     for (i = 0; i < rank; i++) {
       int64_t d = sh->dim[first + i];
       shape[i] = d > 0 ? d : in->dims[-d - 1];
+    }
+    if (is_cache_slot(slot)) {
+      if (fill_cache_slot(g, in, slot, shape, rank, o, &rng) != 0) {
+        attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
+        checker_inputs_free(in);
+        return NULL;
+      }
+      if (attnc_bind(b, attnc_slot_name(slot), &in->bufs[slot].t, err) != ATTNC_OK) {
+        checker_inputs_free(in);
+        return NULL;
+      }
+      continue;
     }
     if (slot == ATTNC_SLOT_Q_POS || slot == ATTNC_SLOT_K_POS) {
       /* explicit positions: I64 of the full shape, or I32 of shape (S) broadcast over the batch, by the seed */
@@ -337,7 +536,102 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
       return NULL;
     }
   }
+  dequantise_caches(in->bufs);
   return in;
+}
+
+/* One unit in the last place of a bf16 or f16 value of magnitude about x
+ * (the larger unit where x sits on a binade's edge). */
+static double ulp16(attnc_dtype dt, double x)
+{
+  const int bits = dt == ATTNC_BF16 ? 8 : 11, emin = dt == ATTNC_BF16 ? -126 : -14;
+  int e;
+  (void)frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+  return ldexp(1.0, (e - 1 > emin ? e - 1 : emin) - (bits - 1));
+}
+
+/* The caches after the run against the reference's (ref_k, ref_v: values;
+ * ref_s[2]: int8 scales).  Rows the run did not write (outside cache_len[b]
+ * .. cache_len[b] + Sq - 1) must be bit for bit what they were, their
+ * scales too.  A written value is judged by how it was made: the kernel
+ * computes the new row x (projection, bias, rope) within the spec's
+ * bound for its dtype and weights, atol + a_rms * rms + rtol * |x| (rms:
+ * of the reference's written rows), then rounds it to kv_dtype, as the
+ * reference rounds its own x.  Two roundings of values that close differ
+ * by at most that bound plus one step of the stored grid: nothing more
+ * for f32 and f64 (their rounding is inside the f32 bound), one unit in
+ * the last place for bf16 and f16, and for int8 half a step of each
+ * side's scale, (s_kernel + s_ref) / 2.  An int8 scale is max|x| / 127
+ * rounded to F32, so the two scales differ by at most the bound at max|x|
+ * over 127 plus one F32 rounding; with an f32 kernel's error far below a
+ * step, the value bound keeps q within 1. */
+static void compare_caches(const checker_inputs *in, int64_t sq, const double *const ref_kv[2],
+                           const double *const ref_s[2], double atol, double a_rms, double rtol, double *worst,
+                           checker_result *r)
+{
+  static const int SLOT[2] = { ATTNC_SLOT_K_CACHE, ATTNC_SLOT_V_CACHE };
+  static const int SCALE[2] = { ATTNC_SLOT_K_CACHE_SCALE, ATTNC_SLOT_V_CACHE_SCALE };
+  static const char *const NAME[2] = { "k_cache", "v_cache" };
+  const double *lens = in->bufs[ATTNC_SLOT_CACHE_LEN].ref;
+  int which;
+  for (which = 0; which < 2; which++) {
+    const attnc_tensor *t = &in->bufs[SLOT[which]].t;
+    const int q8 = t->dtype == ATTNC_I8;
+    const float *s_got = q8 ? (const float *)in->bufs[SCALE[which]].t.data : NULL;
+    const float *s_was = q8 ? (const float *)in->before[SCALE[which]] : NULL;
+    const size_t es = attnc_dtype_size(t->dtype);
+    const double *want = ref_kv[which];
+    size_t rows, cap, c, row, d, nw = 0;
+    double sum2 = 0, rms, tol0;
+    cache_dims(t, &rows, &cap, &c);
+    for (row = 0; row < rows; row++) {
+      const double j = (double)(row % cap), len = lens[row / cap / (size_t)(t->shape[t->rank - 3])];
+      if (j < len || j >= len + (double)sq) continue;
+      for (d = 0; d < c; d++) sum2 += want[row * c + d] * want[row * c + d];
+      nw += c;
+    }
+    rms = nw ? sqrt(sum2 / (double)nw) : 0;
+    tol0 = atol + a_rms * rms;
+    for (row = 0; row < rows; row++) {
+      const size_t e = row / cap / (size_t)(t->shape[t->rank - 3]);
+      const double j = (double)(row % cap), len = lens[e];
+      if (j < len || j >= len + (double)sq) { /* not written: every bit as it was */
+        if (memcmp((const char *)t->data + row * c * es, (const char *)in->before[SLOT[which]] + row * c * es, c * es) != 0 ||
+            (q8 && memcmp(&s_got[row], &s_was[row], sizeof(float)) != 0)) {
+          *worst = INFINITY;
+          snprintf(r->err.message, sizeof r->err.message,
+                   "%s row %zu (batch element %zu, position %.0f) changed, but the run writes positions %.0f..%.0f only",
+                   NAME[which], row, e, j, len, len + (double)sq - 1);
+        }
+        continue;
+      }
+      if (q8) {
+        const double sw = ref_s[which][row], sg = s_got[row];
+        const double tol = (tol0 + rtol * 127 * sw) / 127 + ldexp(sw, -23), dd = fabs(sg - sw) / tol;
+        if (!(dd <= *worst)) {
+          *worst = isnan(dd) ? INFINITY : dd;
+          if (*worst > 1)
+            snprintf(r->err.message, sizeof r->err.message, "%s_scale row %zu is %.9g, the reference %.9g", NAME[which],
+                     row, sg, sw);
+        }
+      }
+      for (d = 0; d < c; d++) {
+        const double w = want[row * c + d], got = value_at(t, row * c + d) * (q8 ? s_got[row] : 1);
+        double step = 0, dd;
+        if (t->dtype == ATTNC_BF16 || t->dtype == ATTNC_F16) step = ulp16(t->dtype, fmax(fabs(w), fabs(got)));
+        if (q8) step = (s_got[row] + ref_s[which][row]) / 2;
+        dd = fabs(got - w) / (tol0 + rtol * fabs(w) + step);
+        if (!(dd <= *worst)) {
+          *worst = isnan(dd) ? INFINITY : dd;
+          if (*worst > 1)
+            snprintf(r->err.message, sizeof r->err.message,
+                     "%s row %zu (batch element %zu, position %.0f) element %zu is %.9g, the reference %.9g", NAME[which],
+                     row, e, j, d, got, w);
+        }
+      }
+      r->n_cache += c;
+    }
+  }
 }
 
 int checker_run(const char *spec, const checker_opts *o, checker_result *r)
@@ -353,6 +647,8 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   ref_tensors rt;
   struct extra_out lse, attn;
   double *ref_out = NULL, atol, rtol, a_rms, nmse_max, worst = 0, sum_d2 = 0, sum_r2 = 0;
+  double *ref_cache[4] = { NULL, NULL, NULL, NULL }; /* the reference's k_cache, v_cache after the run, and int8 scales */
+  double c_atol = 0, c_arms = 0, c_rtol = 0;
   size_t n_finite = 0;
   void *out_mem = NULL;
   int i;
@@ -394,6 +690,22 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   make_problem(g, bufs, &p, &rt);
   rt.lse = lse.ref;
   rt.weights = attn.ref;
+  if (p.cache) { /* the caches after the run; the int8 scales start as bound and get the new rows' */
+    const size_t nc = tensor_bytes(&bufs[ATTNC_SLOT_K_CACHE].t) / attnc_dtype_size(bufs[ATTNC_SLOT_K_CACHE].t.dtype);
+    size_t rows, cap, c;
+    cache_dims(&bufs[ATTNC_SLOT_K_CACHE].t, &rows, &cap, &c);
+    for (i = 0; i < 4; i++) {
+      const int from = i == 2 ? ATTNC_SLOT_K_CACHE_SCALE : ATTNC_SLOT_V_CACHE_SCALE;
+      if (i >= 2 && !bufs[from].ref) continue;
+      ref_cache[i] = malloc((i < 2 ? nc : rows) * sizeof(double) + 1);
+      if (!ref_cache[i]) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
+      if (i >= 2) memcpy(ref_cache[i], bufs[from].ref, rows * sizeof(double));
+    }
+    rt.k_cache_out = ref_cache[0];
+    rt.v_cache_out = ref_cache[1];
+    rt.k_scale_out = ref_cache[2];
+    rt.v_scale_out = ref_cache[3];
+  }
   if (ref_attention(&p, &rt, ref_out) != 0) {
     r->status = attnc_err_set(&r->err, ATTNC_EGEN, "the reference rejected this problem");
     goto done;
@@ -402,6 +714,17 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   if (g->wdtype != g->dtype) { /* weights stored otherwise: the looser of the two rows */
     double n2, at2, ar2, rt2;
     checker_bounds(g->wdtype, &n2, &at2, &ar2, &rt2);
+    nmse_max = fmax(nmse_max, n2);
+    atol = fmax(atol, at2);
+    a_rms = fmax(a_rms, ar2);
+    rtol = fmax(rtol, rt2);
+  }
+  c_atol = atol; /* the new cache rows are computed within these; compare_caches adds their rounding */
+  c_arms = a_rms;
+  c_rtol = rtol;
+  if (p.cache) { /* a cache stored as bf16, f16 or int8: the looser of its row and the dtype's (f32 counts as f32) */
+    double n2, at2, ar2, rt2;
+    checker_bounds(cache_dtype(g), &n2, &at2, &ar2, &rt2);
     nmse_max = fmax(nmse_max, n2);
     atol = fmax(atol, at2);
     a_rms = fmax(a_rms, ar2);
@@ -437,10 +760,17 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   compare_extra("attn", &attn, atol, rtol, &worst, r);
   r->n_lse = lse.n;
   r->n_attn = attn.n;
+  if (p.cache) {
+    const double *const kv[2] = { ref_cache[0], ref_cache[1] }, *const sc[2] = { ref_cache[2], ref_cache[3] };
+    int64_t sq;
+    (void)batch_elements(g, &bufs[ATTNC_SLOT_X].t, &sq);
+    compare_caches(in, sq, kv, sc, c_atol, c_arms, c_rtol, &worst, r);
+  }
   r->nmse = sum_r2 > 0 ? sum_d2 / sum_r2 : (sum_d2 > 0 ? INFINITY : 0);
   r->nmse_max = nmse_max;
   r->ok = worst <= 1 && r->nmse <= nmse_max;
 done:
+  for (i = 0; i < 4; i++) free(ref_cache[i]);
   checker_inputs_free(in);
   free(lse.mem);
   free(lse.ref);
@@ -489,6 +819,15 @@ int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *r
     for (size_t row = 0; row < (size_t)bufs[m].t.shape[0]; row++)
       for (size_t c = 0; c < (size_t)bufs[m].t.shape[1]; c++)
         bufs[m].ref[row * (size_t)bufs[m].t.shape[1] + c] *= bufs[slot].ref[row];
+  }
+  dequantise_caches(bufs);
+  if (bufs[ATTNC_SLOT_CACHE_LEN].ref && bufs[ATTNC_SLOT_X].ref) { /* one cache_len per batch element */
+    int64_t sq;
+    double *dense = malloc(batch_elements(g, &bufs[ATTNC_SLOT_X].t, &sq) * sizeof(double) + 1);
+    if (!dense) { attnc_err_set(err, ATTNC_ENOMEM, "out of memory"); goto done; }
+    dense_cache_len(g, &bufs[ATTNC_SLOT_X].t, &bufs[ATTNC_SLOT_CACHE_LEN].t, dense);
+    free(bufs[ATTNC_SLOT_CACHE_LEN].ref);
+    bufs[ATTNC_SLOT_CACHE_LEN].ref = dense;
   }
   make_problem(g, bufs, &p, &rt);
   nw = ref_weights_shape(&p, rank, shape);

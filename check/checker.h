@@ -22,6 +22,11 @@ typedef struct checker_opts {
   int misalign;                   /* tensors start this many elements past a 64-byte boundary (0: on it) */
   double *out_copy;               /* if set: receives the kernel's output as doubles (out_n of them) */
   size_t out_n;
+  /* a cache spec: cache_len is random in [0, CAP - Sq] per batch element
+   * (bound as a scalar for some seeds), or, with cache_len_set, cache_len
+   * for every batch element (attnc bench --cache-len) */
+  int cache_len_set;
+  int64_t cache_len;
 } checker_opts;
 
 typedef struct checker_result {
@@ -34,6 +39,8 @@ typedef struct checker_result {
   double nmse, nmse_max;          /* sum (got - want)^2 / sum want^2, and its bound */
   size_t n_lse;                   /* lse values compared too (spec key lse), within the same elementwise bound */
   size_t n_attn;                  /* attention weights compared too (spec key weights_out) */
+  size_t n_cache;                 /* cache values the run wrote, compared with the reference's rows;
+                                     every other cache row (and int8 scale) must be unchanged */
   int ok;                         /* 1 when within tolerance and NaNs match */
   char canonical[2048];
   attnc_backend backend;

@@ -4,12 +4,13 @@
  * prepare_qkv_global, forward) step by step, with the extensions of
  * docs/spec.md (GQA/MQA, cross-attention, causal, window, empty rows,
  * core mode) and of DESIGN.md's spec language v2 (positions, rope, alibi,
- * softcap, sinks, pe, lse).  Nothing here is fast on purpose: one batch at
+ * softcap, sinks, pe, lse, the KV cache).  Nothing here is fast on purpose: one batch at
  * a time, one query row at a time, plain loops, so that a reader can check
  * each line against the math.  Semantics decided here that the design leaves open are
  * marked "Decision:". */
 #include "reference.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,10 @@ typedef struct geom {
   int H, G, c;                  /* heads, kv heads, head dim */
   long kvw;                     /* width of a projected k/v row: G*c, or c for global */
   long q_pos0;                  /* default position of query 0: Sk - Sq in core mode, else 0 */
+  long q_idx0;                  /* index of query 0 for causal and window: Sk - Sl bottom-right, else 0 */
+  long filled;                  /* keys that exist, which empty_rows=uniform averages: Sk */
+  /* With a cache the last three are per batch element (cache_len[b], and
+   * cache_len[b] + Sq): run_full sets them in its copy of the geometry. */
   int out_rank;
   long out[REF_MAX_RANK];
 } geom;
@@ -85,6 +90,15 @@ static int resolve_full(const ref_problem *p, geom *g)
   g->out_rank = r;
   for (int a = 0; a < r; a++) g->out[a] = p->x[a];
   g->out[p->attn_axis] = g->Sout;
+  /* A cache: self-attention whose keys are the CAP cache positions; the new
+   * rows must fit (cache_len + Sq <= CAP is checked per batch element). */
+  if (p->cache) {
+    if (p->global || p->pe != REF_PE_NONE || p->cache < g->Sq) return -1;
+    if (p->kv_dtype < REF_KV_F64 || p->kv_dtype > REF_KV_INT8) return -1;
+    for (int a = 0; a < r; a++)
+      if (p->kv[a] != p->x[a]) return -1;
+    g->Sk = p->cache;
+  }
   return 0;
 }
 
@@ -189,7 +203,10 @@ static int resolve(const ref_problem *p, geom *g)
   if (!p) return -1;
   if (p->causal < REF_CAUSAL_NONE || p->causal > REF_CAUSAL_BOTTOM_RIGHT) return -1;
   if (p->empty_rows < REF_EMPTY_ZERO || p->empty_rows > REF_EMPTY_NAN) return -1;
+  if (p->cache < 0 || (p->cache && p->core)) return -1;
   if ((p->core ? resolve_core(p, g) : resolve_full(p, g)) != 0) return -1;
+  g->q_idx0 = p->causal == REF_CAUSAL_BOTTOM_RIGHT ? g->Sk - g->Sl : 0;
+  g->filled = g->Sk;
   g->nbatch = 1;
   for (int k = 0; k < g->nb; k++) g->nbatch *= g->batch[k];
   if (check_inputs(p, g) != 0) return -1;
@@ -263,9 +280,10 @@ static int key_visible(const ref_problem *p, const ref_tensors *t, const geom *g
                        const long *bidx, long i, long j)
 {
   if (p->has_mask && !mask_keeps(p, t, g, bidx, j)) return 0;
-  long pos = i;
-  if (p->causal == REF_CAUSAL_BOTTOM_RIGHT) pos = i + g->Sk - g->Sl;
-  if (p->causal != REF_CAUSAL_NONE && j > pos) return 0;
+  long pos = i + g->q_idx0;
+  /* a cache is causal whatever p->causal says: keys past the query's index
+   * are not written yet (or hold an earlier sequence's rows) */
+  if ((p->causal != REF_CAUSAL_NONE || p->cache) && j > pos) return 0;
   if (p->has_window && (j < pos - p->wl || j > pos + p->wr)) return 0;
   return 1;
 }
@@ -427,13 +445,15 @@ static double softmax(const ref_problem *p, const ref_tensors *t, int h, long Sk
 }
 
 /* Weights of a row that sees no key and has no sink, as empty_rows says:
- * 0 (so the output is 0), uniform over every key, visible or not, or NaN. */
-static void empty_row_weights(int empty_rows, long Sk, double *w)
+ * 0 (so the output is 0), uniform over every key that exists (the first
+ * `filled` of Sk: all of them, or with a cache the ones filled after this
+ * run), visible or not, or NaN. */
+static void empty_row_weights(int empty_rows, long Sk, long filled, double *w)
 {
-  double fill = empty_rows == REF_EMPTY_UNIFORM ? 1.0 / (double)Sk
+  double fill = empty_rows == REF_EMPTY_UNIFORM ? 1.0 / (double)filled
                 : empty_rows == REF_EMPTY_NAN   ? NAN
                                                 : 0.0;
-  for (long j = 0; j < Sk; j++) w[j] = fill;
+  for (long j = 0; j < Sk; j++) w[j] = j < filled ? fill : 0.0;
 }
 
 /* One logit row: scores, softmax, weighted sum of v.  w (Sk doubles) and
@@ -446,7 +466,7 @@ static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g
   if (nvis > 0 || p->sinks)
     lse = softmax(p, t, rw->h, g->Sk, nvis, m, w, vis);
   else
-    empty_row_weights(p->empty_rows, g->Sk, w);
+    empty_row_weights(p->empty_rows, g->Sk, g->filled, w);
   for (long d = 0; d < g->c; d++) {
     double s = 0.0;
     for (long j = 0; j < g->Sk; j++) s += w[j] * rw->v[j * rw->stride + d];
@@ -542,16 +562,100 @@ static const double *kv_row(const ref_problem *p, const ref_tensors *t, const ge
   return scratch;
 }
 
-static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g, double *out)
+/* ---- the KV cache -------------------------------------------------------- */
+
+/* x rounded to a binary format of `bits` significand bits (the leading one
+ * included), smallest normal 2^emin and largest finite value max: to
+ * nearest, ties to even (nearbyint in the default rounding mode), with
+ * subnormals on the grid of 2^(emin - bits + 1) and overflow to inf. */
+static double round_binary(double x, int bits, int emin, double max)
+{
+  if (x == 0.0 || !isfinite(x)) return x;
+  int e;
+  (void)frexp(x, &e);   /* |x| in [2^(e-1), 2^e) */
+  int lsb = (e - 1 > emin ? e - 1 : emin) - (bits - 1);   /* the last kept bit's exponent */
+  double y = ldexp(nearbyint(ldexp(x, -lsb)), lsb);
+  return fabs(y) > max ? copysign(INFINITY, x) : y;
+}
+
+double ref_round_kv(int kv_dtype, double x)
+{
+  switch (kv_dtype) {
+  case REF_KV_F32: return round_binary(x, 24, -126, FLT_MAX);
+  case REF_KV_BF16: return round_binary(x, 8, -126, ldexp(255.0, 120));   /* 0x7f7f */
+  case REF_KV_F16: return round_binary(x, 11, -14, 65504.0);
+  default: return x;
+  }
+}
+
+/* Decision: a row whose scale underflows F32 (max|x| < 2^-142) is stored
+ * as an all-zero row, scale 1: at F32 precision it is one. */
+double ref_quantize_row(double *x, long c)
+{
+  double mx = 0.0;
+  for (long d = 0; d < c; d++)
+    if (fabs(x[d]) > mx) mx = fabs(x[d]);
+  double scale = ref_round_kv(REF_KV_F32, mx / 127.0);   /* stored as F32 */
+  if (!(scale > 0.0)) scale = 1.0;
+  for (long d = 0; d < c; d++) {
+    double q = nearbyint(x[d] / scale);
+    x[d] = fmax(-127.0, fmin(127.0, q)) * scale;
+  }
+  return scale;
+}
+
+/* Batch element b's keys and values with a cache: the caller's cache
+ * (G, CAP, c) copied to k and v as (CAP, G*c), then x's Sq new rows
+ * projected, k rotated at the key position cache_len + i, both rounded as
+ * kv_dtype stores them and written at cache_len + i.  The caches after the
+ * run (and the new int8 scales) go to the optional outputs. */
+static void cache_keys(const ref_problem *p, const ref_tensors *t, const geom *g, long b, const long *bidx,
+                       double *k, double *v, double *xr)
+{
+  long G = g->G, c = g->c, kvw = g->kvw, cap = g->Sk, len = g->q_idx0;
+  long blk = b * G * cap * c;   /* batch element b's block of a cache */
+  for (long e = 0; e < G; e++)
+    for (long j = 0; j < cap; j++) {
+      memcpy(k + j * kvw + e * c, t->k_cache + blk + (e * cap + j) * c, (size_t)c * sizeof *k);
+      memcpy(v + j * kvw + e * c, t->v_cache + blk + (e * cap + j) * c, (size_t)c * sizeof *v);
+    }
+  for (long i = 0; i < g->Sq; i++) {
+    const double *x_i = x_row(p, t, g, bidx, i, xr);
+    double *k_j = k + (len + i) * kvw, *v_j = v + (len + i) * kvw;
+    linear(x_i, g->c_in, t->wk, p->qkv_bias ? t->bk : NULL, kvw, k_j);
+    linear(x_i, g->c_in, t->wv, p->qkv_bias ? t->bv : NULL, kvw, v_j);
+    for (long e = 0; e < G; e++) {
+      if (p->rope != REF_ROPE_NONE) rotate(p, t, g, key_pos(p, t, g, bidx, len + i), k_j + e * c);
+      long srow = (b * G + e) * cap + len + i;   /* the row's index in a scale tensor */
+      if (p->kv_dtype == REF_KV_INT8) {
+        double sk = ref_quantize_row(k_j + e * c, c), sv = ref_quantize_row(v_j + e * c, c);
+        if (t->k_scale_out) t->k_scale_out[srow] = sk;
+        if (t->v_scale_out) t->v_scale_out[srow] = sv;
+      } else {
+        for (long d = 0; d < c; d++) {
+          k_j[e * c + d] = ref_round_kv(p->kv_dtype, k_j[e * c + d]);
+          v_j[e * c + d] = ref_round_kv(p->kv_dtype, v_j[e * c + d]);
+        }
+      }
+    }
+  }
+  for (long e = 0; e < G; e++)
+    for (long j = 0; j < cap; j++) {
+      if (t->k_cache_out) memcpy(t->k_cache_out + blk + (e * cap + j) * c, k + j * kvw + e * c, (size_t)c * sizeof *k);
+      if (t->v_cache_out) memcpy(t->v_cache_out + blk + (e * cap + j) * c, v + j * kvw + e * c, (size_t)c * sizeof *v);
+    }
+}
+
+static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g0, double *out)
 {
   int r = p->rank, ax = p->attn_axis;
-  long H = g->H, G = g->G, c = g->c, hc = H * c, kvw = g->kvw;
-  long Sq = g->Sq, Sk = g->Sk, c_in = g->c_in, c_kv = g->c_kv;
+  long H = g0->H, G = g0->G, c = g0->c, hc = H * c, kvw = g0->kvw;
+  long Sq = g0->Sq, Sk = g0->Sk, c_in = g0->c_in, c_kv = g0->c_kv;
 
   double *q = malloc((size_t)Sq * hc * sizeof *q);      /* (Sq, H*c) */
   double *k = malloc((size_t)Sk * kvw * sizeof *k);     /* (Sk, G*c) or (Sk, c) */
   double *v = malloc((size_t)Sk * kvw * sizeof *v);
-  double *o = malloc((size_t)g->Sl * hc * sizeof *o);   /* (Sl, H*c), heads h-major */
+  double *o = malloc((size_t)g0->Sl * hc * sizeof *o);  /* (Sl, H*c), heads h-major */
   double *w = malloc((size_t)Sk * sizeof *w);
   char *vis = malloc((size_t)Sk);
   double *o_i = malloc((size_t)hc * sizeof *o_i);
@@ -561,23 +665,32 @@ static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g, d
   int rc = (q && k && v && o && w && vis && o_i && gate && xr && kvr) ? 0 : -1;
 
   long bidx[REF_MAX_RANK];
-  for (long b = 0; rc == 0 && b < g->nbatch; b++) {
+  for (long b = 0; rc == 0 && b < g0->nbatch; b++) {
+    /* the geometry of batch element b: with a cache, its queries start at
+     * index and position cache_len[b], and cache_len[b] + Sq keys exist */
+    geom gb = *g0;
+    const geom *g = &gb;
+    if (p->cache) {
+      gb.q_pos0 = gb.q_idx0 = (long)t->cache_len[b];
+      gb.filled = gb.q_idx0 + Sq;
+    }
     batch_index(g, b, bidx);
 
     /* (positional encoding and) project: the seed's linear_q/k/v, one
-     * position at a time */
+     * position at a time; rotary embedding of every q and k head (never
+     * with global).  A cache projects and rotates only the new rows. */
     for (long i = 0; i < Sq; i++)
       linear(x_row(p, t, g, bidx, i, xr), c_in, t->wq, p->qkv_bias ? t->bq : NULL, hc, q + i * hc);
-    for (long j = 0; j < Sk; j++) {
-      const double *kv_j = kv_row(p, t, g, bidx, j, kvr);
-      linear(kv_j, c_kv, t->wk, p->qkv_bias ? t->bk : NULL, kvw, k + j * kvw);
-      linear(kv_j, c_kv, t->wv, p->qkv_bias ? t->bv : NULL, kvw, v + j * kvw);
-    }
-
-    /* rotary embedding of every q and k head (never with global) */
-    if (p->rope != REF_ROPE_NONE) {
-      rotate_rows(p, t, g, bidx, 0, q, Sq, H, hc, c);
-      rotate_rows(p, t, g, bidx, 1, k, Sk, G, kvw, c);
+    if (p->rope != REF_ROPE_NONE) rotate_rows(p, t, g, bidx, 0, q, Sq, H, hc, c);
+    if (p->cache) {
+      cache_keys(p, t, g, b, bidx, k, v, xr);
+    } else {
+      for (long j = 0; j < Sk; j++) {
+        const double *kv_j = kv_row(p, t, g, bidx, j, kvr);
+        linear(kv_j, c_kv, t->wk, p->qkv_bias ? t->bk : NULL, kvw, k + j * kvw);
+        linear(kv_j, c_kv, t->wv, p->qkv_bias ? t->bv : NULL, kvw, v + j * kvw);
+      }
+      if (p->rope != REF_ROPE_NONE) rotate_rows(p, t, g, bidx, 1, k, Sk, G, kvw, c);
     }
 
     /* global: prepare_qkv_global's torch.mean over the attention axis, or
@@ -681,5 +794,12 @@ int ref_attention(const ref_problem *p, const ref_tensors *t, double *out)
     for (int a = 0; a < p->rank; a++)
       if (p->kv[a] != p->x[a]) return -1;   /* kv = x needs kv's shape = x's */
   if (p->global && p->global_masked && p->has_mask && !self) return -1;
+  if (p->cache) {
+    if (!self || !t->k_cache || !t->v_cache || !t->cache_len) return -1;
+    for (long b = 0; b < g.nbatch; b++) {   /* whole positions, and the new rows fit */
+      double len = t->cache_len[b];
+      if (!(len >= 0.0) || len != floor(len) || len + (double)g.Sq > (double)g.Sk) return -1;
+    }
+  }
   return run_full(p, t, &g, out);
 }

@@ -11,6 +11,10 @@ enum { REF_CAUSAL_NONE = 0, REF_CAUSAL_TOP_LEFT, REF_CAUSAL_BOTTOM_RIGHT };
 enum { REF_EMPTY_ZERO = 0, REF_EMPTY_UNIFORM, REF_EMPTY_NAN };
 enum { REF_ROPE_NONE = 0, REF_ROPE_NEOX, REF_ROPE_GPTJ };
 enum { REF_PE_NONE = 0, REF_PE_SINUSOIDAL };
+/* How a KV cache stores the rows a run writes: exactly (f64), or rounded to
+ * nearest, ties to even, to f32, bf16 or f16, or quantised per row of c
+ * values to int8 with a symmetric F32 scale. */
+enum { REF_KV_F64 = 0, REF_KV_F32, REF_KV_BF16, REF_KV_F16, REF_KV_INT8 };
 
 typedef struct ref_problem {
   int core;                 /* mode=core: q (*,H,Sq,c), k and v (*,G,Sk,c) */
@@ -41,6 +45,13 @@ typedef struct ref_problem {
   double softcap;           /* cap > 0: s = cap * tanh(s / cap) on the scaled logits (Gemma 2); 0 = off */
   int sinks;                /* per-head sink logits join each softmax denominator (gpt-oss); empty_rows zero */
   int pe;                   /* REF_PE_*: full mode, added to x and kv rows before the projections */
+  /* A KV cache (full-mode self-attention, DESIGN.md "Decoding with a KV
+   * cache"): the keys are the cache's CAP positions (Sk = CAP); x's Sq rows
+   * are new, projected, rotated at cache_len[b] + i, rounded as kv_dtype
+   * stores them and placed at cache_len[b] + i; query i has index
+   * cache_len[b] + i and sees keys j <= cache_len[b] + i (causal always). */
+  long cache;               /* CAP; 0 = no cache */
+  int kv_dtype;             /* REF_KV_*: the storage the new rows are rounded to */
 } ref_problem;
 
 /* Tensors, all row-major float64, in PyTorch layout (Linear weight = (out, in)).
@@ -54,6 +65,13 @@ typedef struct ref_tensors {
   const double *rope_freqs;      /* (r/2) factors f dividing the rope angles (Llama 3); NULL = all 1 */
   const double *sinks;           /* (H) sink logits, when sinks */
   double *lse;       /* optional output: log of each row's softmax denominator, ref_lse_shape() */
+  /* with a cache: (batch elements, G, CAP, c) with the batch axes flattened
+   * row-major, the caller's contents as values (int8: q * scale) */
+  const double *k_cache, *v_cache;
+  const double *cache_len;       /* (batch elements): positions already filled */
+  double *k_cache_out, *v_cache_out; /* optional outputs: the caches after the run, new rows as stored */
+  double *k_scale_out, *v_scale_out; /* optional, int8: (batch elements, G, CAP); the new rows' scales are
+                                        written, every other entry is left as the caller had it */
 } ref_tensors;
 
 /* Output shape: rank and dims; returns element count. */
@@ -64,6 +82,14 @@ long ref_weights_shape(const ref_problem *p, int *rank, long *shape);
 /* Shape of lse: (batch axes..., H, Sq), Sq = 1 for global; returns the
  * element count. */
 long ref_lse_shape(const ref_problem *p, int *rank, long *shape);
+/* x rounded as a cache of kv_dtype stores it (REF_KV_F64..F16: to nearest,
+ * ties to even, overflowing to inf).  Exposed for the checker and tests. */
+double ref_round_kv(int kv_dtype, double x);
+/* One row of c values quantised as an int8 cache stores it: scale =
+ * max|x| / 127 rounded to F32 (1 for an all-zero row), q =
+ * round-half-to-even(x / scale) within -127..127; x becomes q * scale.
+ * Returns the scale. */
+double ref_quantize_row(double *x, long c);
 /* Compute out (ref_output_shape elements).  Returns 0, or -1 on a bad problem. */
 int ref_attention(const ref_problem *p, const ref_tensors *t, double *out);
 

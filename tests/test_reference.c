@@ -7,10 +7,12 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "internal.h"
 #include "reference.h"
 
 /* cmocka's assert_float_equal rounds to float; these cases need doubles. */
@@ -1090,6 +1092,461 @@ static void test_reference_rejects_bad_modifiers(void **state)
   assert_int_equal(ref_attention(&p, &t, out), -1);
 }
 
+/* ---- the KV cache ---------------------------------------------------------- */
+
+/* rnd() with about 60 random bits, enough to land anywhere between two f32 values */
+static double rnd_fine(unsigned long *s)
+{
+  return rnd(s) + ldexp(rnd(s), -15) + ldexp(rnd(s), -30) + ldexp(rnd(s), -45);
+}
+
+static double *rnd_alloc(long n, double amp, unsigned long *s)
+{
+  double *a = malloc((size_t)n * sizeof *a + 1);
+  assert_non_null(a);
+  for (long i = 0; i < n; i++) a[i] = amp * rnd(s);
+  return a;
+}
+
+/* One decoder layer's problem, and which modifiers it turns on. */
+typedef struct cache_case {
+  int B, H, G, c, cin, S, S2;   /* prefill S rows, then S2 steps of one row */
+  int rope, alibi, softcap, sinks, window, mask, bias, pos, causal_unsaid;
+} cache_case;
+
+/* The modifiers of cc on p: what the one pass and the cache runs share. */
+static void cache_case_modifiers(const cache_case *cc, ref_problem *p)
+{
+  p->qkv_bias = p->out_bias = 1;
+  p->rope = cc->rope;
+  p->rope_dim = cc->rope ? cc->c / 2 * 2 : 0;
+  p->alibi = cc->alibi ? 4.0 : 0.0;
+  p->softcap = cc->softcap ? 0.7 : 0.0;
+  p->sinks = cc->sinks;
+  if (cc->window) {
+    p->has_window = 1;
+    p->wl = 2;
+    p->wr = 1;
+  }
+}
+
+/* Weights, inputs and both runs' outputs of one cache case. */
+typedef struct cache_run {
+  long N;                                       /* S + S2 = CAP */
+  double *x, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *sinks, *mask, *bias, *pos;
+  double *out, *lse, *w;                        /* the one pass: (B, N, cin), (B, H, N), (B, H, N, N) */
+} cache_run;
+
+static void cache_run_free(cache_run *r)
+{
+  double *all[] = { r->x, r->wq, r->bq, r->wk, r->bk, r->wv, r->bv, r->wo, r->bo, r->sinks, r->mask, r->bias,
+                    r->pos, r->out, r->lse, r->w };
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+/* The tensors of the one causal pass over N rows (kv = x). */
+static void one_pass_tensors(const cache_run *r, const cache_case *cc, ref_tensors *t)
+{
+  *t = no_tensors();
+  t->x = r->x;
+  t->wq = r->wq; t->bq = r->bq; t->wk = r->wk; t->bk = r->bk; t->wv = r->wv; t->bv = r->bv;
+  t->wo = r->wo; t->bo = r->bo;
+  t->sinks = cc->sinks ? r->sinks : NULL;
+  t->mask = r->mask;
+  t->bias = r->bias;
+  t->q_pos = t->k_pos = r->pos;
+}
+
+/* Prefill S rows into an empty cache, then S2 single-row steps, each run
+ * taking the caches the last one returned (rows past the filled ones hold
+ * garbage, which causal keeps out), against one causal pass over all
+ * S + S2 rows: out, lse and the weights of every row agree to rounding.
+ * kv_dtype f64 stores the rows exactly, so nothing else may differ. */
+static void cache_vs_one_pass(const cache_case *cc, unsigned long seed)
+{
+  const long B = cc->B, H = cc->H, G = cc->G, c = cc->c, cin = cc->cin, N = cc->S + cc->S2, hc = H * c, gc = G * c;
+  cache_run r;
+  memset(&r, 0, sizeof r);
+  r.N = N;
+  r.x = rnd_alloc(B * N * cin, 1.0, &seed);
+  r.wq = rnd_alloc(hc * cin, 0.5, &seed); r.bq = rnd_alloc(hc, 0.2, &seed);
+  r.wk = rnd_alloc(gc * cin, 0.5, &seed); r.bk = rnd_alloc(gc, 0.2, &seed);
+  r.wv = rnd_alloc(gc * cin, 0.5, &seed); r.bv = rnd_alloc(gc, 0.2, &seed);
+  r.wo = rnd_alloc(cin * hc, 0.5, &seed); r.bo = rnd_alloc(cin, 0.2, &seed);
+  r.sinks = rnd_alloc(H, 1.0, &seed);
+  r.mask = rnd_alloc(B * N, 1.0, &seed);
+  for (long i = 0; i < B * N; i++) r.mask[i] = r.mask[i] > -0.5;   /* keeps about 3 in 4 */
+  r.bias = rnd_alloc(B * H * N * N, 0.5, &seed);
+  r.pos = malloc((size_t)(B * N) * sizeof *r.pos);
+  for (long b = 0; b < B; b++)   /* increasing positions with gaps, a different start per sequence */
+    for (long i = 0; i < N; i++) r.pos[b * N + i] = (double)(100 * b + 3 * i + (i % 2));
+  r.out = malloc((size_t)(B * N * cin) * sizeof *r.out);
+  r.lse = malloc((size_t)(B * H * N) * sizeof *r.lse);
+  r.w = malloc((size_t)(B * H * N * N) * sizeof *r.w);
+
+  long xs[] = { B, N, cin };
+  ref_problem one = full_problem(3, xs, 1, (int)H, (int)G, (int)c);
+  cache_case_modifiers(cc, &one);
+  one.causal = REF_CAUSAL_TOP_LEFT;
+  if (cc->mask) { one.has_mask = 1; one.mask_rank = 2; one.mask[0] = B; one.mask[1] = N; }
+  if (cc->bias) { one.has_bias = 1; one.bias_rank = 4; one.bias[0] = B; one.bias[1] = H; one.bias[2] = N; one.bias[3] = N; }
+  if (cc->pos) {
+    one.has_q_pos = one.has_k_pos = 1;
+    one.q_pos_rank = one.k_pos_rank = 2;
+    one.q_pos[0] = one.k_pos[0] = B;
+    one.q_pos[1] = one.k_pos[1] = N;
+  }
+  ref_tensors t1;
+  one_pass_tensors(&r, cc, &t1);
+  t1.lse = r.lse;
+  t1.weights = r.w;
+  assert_int_equal(ref_attention(&one, &t1, r.out), 0);
+
+  double *kc = rnd_alloc(B * gc * N, 3.0, &seed), *vc = rnd_alloc(B * gc * N, 3.0, &seed);
+  double *kc2 = malloc((size_t)(B * gc * N) * sizeof *kc2), *vc2 = malloc((size_t)(B * gc * N) * sizeof *vc2);
+  double *xs_, *bias_, *qpos_, *out_, *lse_, *w_;
+  xs_ = malloc((size_t)(B * cc->S * cin) * sizeof *xs_);
+  bias_ = malloc((size_t)(B * H * cc->S * N) * sizeof *bias_);
+  qpos_ = malloc((size_t)(B * cc->S) * sizeof *qpos_);
+  out_ = malloc((size_t)(B * cc->S * cin) * sizeof *out_);
+  lse_ = malloc((size_t)(B * H * cc->S) * sizeof *lse_);
+  w_ = malloc((size_t)(B * H * cc->S * N) * sizeof *w_);
+  assert_true(kc2 && vc2 && xs_ && bias_ && qpos_ && out_ && lse_ && w_);
+  for (long len = 0; len < N;) {
+    const long Sn = len == 0 ? cc->S : 1;
+    double lens[8];
+    for (long b = 0; b < B; b++) {
+      lens[b] = (double)len;
+      memcpy(xs_ + b * Sn * cin, r.x + (b * N + len) * cin, (size_t)(Sn * cin) * sizeof *xs_);
+      memcpy(qpos_ + b * Sn, r.pos + b * N + len, (size_t)Sn * sizeof *qpos_);
+      for (long h = 0; h < H; h++)
+        memcpy(bias_ + (b * H + h) * Sn * N, r.bias + ((b * H + h) * N + len) * N, (size_t)(Sn * N) * sizeof *bias_);
+    }
+    long ss[] = { B, Sn, cin };
+    ref_problem p = full_problem(3, ss, 1, (int)H, (int)G, (int)c);
+    cache_case_modifiers(cc, &p);
+    p.cache = N;
+    p.kv_dtype = REF_KV_F64;
+    p.causal = cc->causal_unsaid ? REF_CAUSAL_NONE : REF_CAUSAL_BOTTOM_RIGHT;   /* a cache is causal either way */
+    p.has_mask = one.has_mask; p.mask_rank = 2; p.mask[0] = B; p.mask[1] = N;
+    p.has_bias = one.has_bias; p.bias_rank = 4; p.bias[0] = B; p.bias[1] = H; p.bias[2] = Sn; p.bias[3] = N;
+    p.has_q_pos = p.has_k_pos = one.has_q_pos;
+    p.q_pos_rank = p.k_pos_rank = 2;
+    p.q_pos[0] = p.k_pos[0] = B;
+    p.q_pos[1] = Sn;
+    p.k_pos[1] = N;
+    ref_tensors t;
+    one_pass_tensors(&r, cc, &t);
+    t.x = xs_;
+    t.bias = bias_;
+    t.q_pos = qpos_;
+    t.k_cache = kc;
+    t.v_cache = vc;
+    t.cache_len = lens;
+    t.k_cache_out = kc2;
+    t.v_cache_out = vc2;
+    t.lse = lse_;
+    t.weights = w_;
+    assert_int_equal(ref_attention(&p, &t, out_), 0);
+    for (long b = 0; b < B; b++)
+      for (long i = 0; i < Sn; i++) {
+        for (long e = 0; e < cin; e++) assert_near(out_[(b * Sn + i) * cin + e], r.out[(b * N + len + i) * cin + e], TOL);
+        for (long h = 0; h < H; h++) {
+          assert_near(lse_[(b * H + h) * Sn + i], r.lse[(b * H + h) * N + len + i], TOL);
+          for (long j = 0; j < N; j++)
+            assert_near(w_[((b * H + h) * Sn + i) * N + j], r.w[((b * H + h) * N + len + i) * N + j], TOL);
+        }
+      }
+    memcpy(kc, kc2, (size_t)(B * gc * N) * sizeof *kc);
+    memcpy(vc, vc2, (size_t)(B * gc * N) * sizeof *vc);
+    len += Sn;
+  }
+  free(kc); free(vc); free(kc2); free(vc2);
+  free(xs_); free(bias_); free(qpos_); free(out_); free(lse_); free(w_);
+  cache_run_free(&r);
+}
+
+static void test_reference_cache_equals_one_pass(void **state)
+{
+  (void)state;
+  /* B H G c cin S S2 | rope alibi softcap sinks window mask bias pos causal-unsaid */
+  static const cache_case CASES[] = {
+    { 2, 4, 2, 4, 6, 3, 3, REF_ROPE_NEOX, 1, 0, 0, 0, 0, 0, 0, 0 },   /* GQA, rope, alibi */
+    { 2, 4, 1, 4, 5, 4, 2, REF_ROPE_GPTJ, 0, 1, 1, 0, 0, 0, 1, 1 },   /* MQA, explicit positions, softcap, sinks */
+    { 2, 2, 2, 6, 4, 1, 4, REF_ROPE_NONE, 0, 0, 0, 1, 1, 1, 0, 0 },   /* MHA, window, mask over the cache, bias */
+    { 1, 3, 3, 2, 3, 5, 1, REF_ROPE_NEOX, 1, 1, 1, 1, 1, 1, 1, 0 },   /* everything at once, H not a power of two */
+  };
+  for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) cache_vs_one_pass(&CASES[i], 77 + i);
+}
+
+/* A cache problem with kv_dtype kd over B sequences of their own lengths:
+ * Sn = 2 new rows, CAP = 8, H = 2, G = 1, c = 3, width 4; random tensors
+ * from seed.  Fills out, the caches after the run and (int8) the scales,
+ * which start at -1 so that only the run's rows change them. */
+static void cache_problem(int kd, long B, const double *lens, unsigned long seed, ref_problem *p, ref_tensors *t,
+                          double **out, double **kc2, double **vc2, double **ks, double **vs)
+{
+  const long Sn = 2, CAP = 8, H = 2, G = 1, c = 3, cin = 4;
+  long xs[] = { B, Sn, cin };
+  *p = full_problem(3, xs, 1, (int)H, (int)G, (int)c);
+  p->cache = CAP;
+  p->kv_dtype = kd;
+  p->causal = REF_CAUSAL_BOTTOM_RIGHT;
+  p->rope = REF_ROPE_NEOX;
+  p->rope_dim = 2;
+  *t = no_tensors();
+  t->x = rnd_alloc(B * Sn * cin, 1.0, &seed);
+  t->wq = rnd_alloc(H * c * cin, 0.7, &seed);
+  t->wk = rnd_alloc(G * c * cin, 0.7, &seed);
+  t->wv = rnd_alloc(G * c * cin, 0.7, &seed);
+  t->wo = rnd_alloc(cin * H * c, 0.7, &seed);
+  t->k_cache = rnd_alloc(B * G * CAP * c, 1.0, &seed);
+  t->v_cache = rnd_alloc(B * G * CAP * c, 1.0, &seed);
+  t->cache_len = lens;
+  *out = malloc((size_t)(B * Sn * cin) * sizeof **out);
+  t->k_cache_out = *kc2 = malloc((size_t)(B * G * CAP * c) * sizeof **kc2);
+  t->v_cache_out = *vc2 = malloc((size_t)(B * G * CAP * c) * sizeof **vc2);
+  t->k_scale_out = *ks = malloc((size_t)(B * G * CAP) * sizeof **ks);
+  t->v_scale_out = *vs = malloc((size_t)(B * G * CAP) * sizeof **vs);
+  for (long i = 0; i < B * G * CAP; i++) (*ks)[i] = (*vs)[i] = -1.0;
+}
+
+static void cache_problem_free(ref_tensors *t, double *out, double *kc2, double *vc2, double *ks, double *vs)
+{
+  free((void *)t->x); free((void *)t->wq); free((void *)t->wk); free((void *)t->wv); free((void *)t->wo);
+  free((void *)t->k_cache); free((void *)t->v_cache);
+  free(out); free(kc2); free(vc2); free(ks); free(vs);
+}
+
+/* Two sequences of different lengths in one run: each equals a run of its
+ * own (batch element 1 sliced out), and only its rows len..len+1 of the
+ * caches change. */
+static void test_reference_cache_per_sequence(void **state)
+{
+  (void)state;
+  const long Sn = 2, CAP = 8, c = 3, cin = 4;
+  double lens[] = { 1, 5 }, out1[8];
+  ref_problem p, p1;
+  ref_tensors t, t1;
+  double *out, *kc2, *vc2, *ks, *vs, *o1, *k1, *v1, *s1, *s2;
+  cache_problem(REF_KV_F64, 2, lens, 5, &p, &t, &out, &kc2, &vc2, &ks, &vs);
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  for (long b = 0; b < 2; b++)
+    for (long j = 0; j < CAP; j++)
+      for (long d = 0; d < c; d++) {
+        const long at = (b * CAP + j) * c + d;
+        if (j < lens[b] || j >= lens[b] + Sn) {
+          assert_true(kc2[at] == t.k_cache[at]);
+          assert_true(vc2[at] == t.v_cache[at]);
+        } else {
+          assert_true(kc2[at] != t.k_cache[at]);
+        }
+      }
+  /* batch element 1 on its own */
+  cache_problem(REF_KV_F64, 1, lens + 1, 6, &p1, &t1, &o1, &k1, &v1, &s1, &s2);
+  memcpy((void *)t1.x, t.x + Sn * cin, (size_t)(Sn * cin) * sizeof(double));
+  memcpy((void *)t1.wq, t.wq, 2 * 3 * 4 * sizeof(double));
+  memcpy((void *)t1.wk, t.wk, 3 * 4 * sizeof(double));
+  memcpy((void *)t1.wv, t.wv, 3 * 4 * sizeof(double));
+  memcpy((void *)t1.wo, t.wo, 4 * 2 * 3 * sizeof(double));
+  memcpy((void *)t1.k_cache, t.k_cache + CAP * c, (size_t)(CAP * c) * sizeof(double));
+  memcpy((void *)t1.v_cache, t.v_cache + CAP * c, (size_t)(CAP * c) * sizeof(double));
+  assert_int_equal(ref_attention(&p1, &t1, out1), 0);
+  for (long e = 0; e < Sn * cin; e++) assert_near(out[Sn * cin + e], out1[e], TOL);
+  for (long e = 0; e < CAP * c; e++) assert_near(kc2[CAP * c + e], k1[e], 0.0);
+  cache_problem_free(&t1, o1, k1, v1, s1, s2);
+  cache_problem_free(&t, out, kc2, vc2, ks, vs);
+}
+
+/* The rows a run writes are the exact (kv_dtype f64) rows rounded as the
+ * cache stores them: to nearest even for f32, bf16 and f16, or quantised
+ * per row for int8, whose scale lands in the scale output, and only there. */
+static void test_reference_cache_rounds_new_rows(void **state)
+{
+  (void)state;
+  static const int KD[] = { REF_KV_F32, REF_KV_BF16, REF_KV_F16, REF_KV_INT8 };
+  const long Sn = 2, CAP = 8, c = 3;
+  double lens[] = { 0, 6 };
+  ref_problem p;
+  ref_tensors t;
+  double *out, *kc, *vc, *ks, *vs;
+  cache_problem(REF_KV_F64, 2, lens, 9, &p, &t, &out, &kc, &vc, &ks, &vs);
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  for (size_t k = 0; k < sizeof KD / sizeof KD[0]; k++) {
+    ref_problem pk;
+    ref_tensors tk;
+    double *outk, *kck, *vck, *ksk, *vsk;
+    cache_problem(KD[k], 2, lens, 9, &pk, &tk, &outk, &kck, &vck, &ksk, &vsk);   /* the same tensors */
+    assert_int_equal(ref_attention(&pk, &tk, outk), 0);
+    for (long b = 0; b < 2; b++)
+      for (long j = 0; j < CAP; j++) {
+        const long row = b * CAP + j;
+        const int written = j >= lens[b] && j < lens[b] + Sn;
+        double krow[3], vrow[3];
+        memcpy(krow, kc + row * c, sizeof krow);
+        memcpy(vrow, vc + row * c, sizeof vrow);
+        if (written && KD[k] == REF_KV_INT8) {
+          assert_near(ksk[row], ref_quantize_row(krow, c), 0.0);
+          assert_near(vsk[row], ref_quantize_row(vrow, c), 0.0);
+        } else {
+          assert_true(ksk[row] == -1.0 && vsk[row] == -1.0);   /* scales of other rows, or other dtypes: untouched */
+        }
+        for (long d = 0; d < c; d++) {
+          double kw = written ? (KD[k] == REF_KV_INT8 ? krow[d] : ref_round_kv(KD[k], krow[d])) : kc[row * c + d];
+          double vw = written ? (KD[k] == REF_KV_INT8 ? vrow[d] : ref_round_kv(KD[k], vrow[d])) : vc[row * c + d];
+          assert_near(kck[row * c + d], kw, 0.0);
+          assert_near(vck[row * c + d], vw, 0.0);
+          if (written && KD[k] != REF_KV_INT8) assert_true(kck[row * c + d] != kc[row * c + d]);   /* it did round */
+        }
+      }
+    /* the rounded rows feed the attention: out moves, by about the rounding */
+    double dmax = 0.0;
+    for (long e = 0; e < 2 * Sn * 4; e++) dmax = fmax(dmax, fabs(outk[e] - out[e]));
+    assert_true(dmax > 0.0 && dmax < 0.1);
+    cache_problem_free(&tk, outk, kck, vck, ksk, vsk);
+  }
+  cache_problem_free(&t, out, kc, vc, ks, vs);
+}
+
+/* ref_round_kv agrees with the library's conversion (attnc_convert rounds
+ * to nearest even through f32 with ties to odd, which equals one rounding)
+ * on random values of every size, ties, subnormals and overflow. */
+static void test_reference_cache_round_kv(void **state)
+{
+  (void)state;
+  static const struct { int kd; attnc_dtype dt; } KD[] = {
+    { REF_KV_F32, ATTNC_F32 }, { REF_KV_BF16, ATTNC_BF16 }, { REF_KV_F16, ATTNC_F16 },
+  };
+  unsigned long s = 31;
+  for (size_t k = 0; k < sizeof KD / sizeof KD[0]; k++)
+    for (int i = 0; i < 20000; i++) {
+      /* magnitudes from 2^-160 to 2^140; every 7th a tie halfway between two bf16/f16 values near 1 */
+      double x = ldexp(rnd_fine(&s), (int)(rnd(&s) * 150) - 10);
+      if (i % 7 == 0) x = 1.0 + ldexp((double)(i % 64) + 0.5, KD[k].kd == REF_KV_BF16 ? -7 : -10) / 64.0 * 64.0;
+      if (i % 7 == 1) x = ldexp(rnd_fine(&s), -140 - i % 20);
+      if (i % 7 == 2) x = 65504.0 + 16.0 * (double)(i % 3);   /* f16's largest, its tie to inf, and past it */
+      unsigned char buf[8];
+      double back;
+      attnc_convert(&x, ATTNC_F64, buf, KD[k].dt, 1);
+      attnc_convert(buf, KD[k].dt, &back, ATTNC_F64, 1);
+      if (!(ref_round_kv(KD[k].kd, x) == back)) {
+        print_error("kv %d: x = %.17g rounds to %.17g, attnc_convert gives %.17g\n", KD[k].kd, x, ref_round_kv(KD[k].kd, x), back);
+        fail();
+      }
+    }
+  assert_near(ref_round_kv(REF_KV_F64, 0.1), 0.1, 0.0);
+}
+
+/* int8 rows: the scale is max|x| / 127 as an F32 (1 for zeros), every value
+ * is q * scale with q a whole number in -127..127 within half a step of x,
+ * the largest |q| is 127; attnc quantize gives the same scales and the
+ * same q except where x / scale sits within f32 rounding of a tie. */
+static void test_reference_cache_quantize_row(void **state)
+{
+  (void)state;
+  unsigned long s = 47;
+  for (int r = 0; r < 500; r++) {
+    double x[16], y[16];
+    float xf[16], sc;
+    int8_t q[16];
+    const long c = 1 + r % 16;
+    const double amp = ldexp(1.0, r % 40 - 20);
+    for (long d = 0; d < c; d++) x[d] = y[d] = xf[d] = (float)(amp * rnd_fine(&s));   /* f32 values, as the library takes them */
+    if (r % 50 == 0)
+      for (long d = 0; d < c; d++) x[d] = y[d] = xf[d] = 0.0f;
+    double scale = ref_quantize_row(y, c), mx = 0.0;
+    for (long d = 0; d < c; d++) mx = fmax(mx, fabs(x[d]));
+    assert_near(scale, mx > 0 ? (double)(float)(mx / 127.0) : 1.0, 0.0);
+    attnc_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = ATTNC_F32;
+    t.rank = 2;
+    t.shape[0] = 1;
+    t.shape[1] = c;
+    t.data = xf;
+    assert_int_equal(attnc_quantize_int8(&t, q, &sc, NULL), ATTNC_OK);
+    assert_near(scale, (double)sc, 0.0);
+    double qmax = 0.0;
+    for (long d = 0; d < c; d++) {
+      const double qd = y[d] / scale, frac = fabs(x[d] / scale - floor(x[d] / scale) - 0.5);
+      assert_near(qd, nearbyint(qd), 0.0);
+      assert_true(fabs(qd) <= 127.0);
+      assert_true(fabs(y[d] - x[d]) <= scale / 2);
+      qmax = fmax(qmax, fabs(qd));
+      if (frac > 1e-5) assert_near(qd, (double)q[d], 0.0);
+    }
+    assert_near(qmax, mx > 0 ? 127.0 : 0.0, 0.0);
+  }
+}
+
+/* empty_rows=uniform with a cache averages over the keys filled after the
+ * run, 0 .. cache_len + Sn - 1, not over all CAP positions. */
+static void test_reference_cache_uniform_empty_rows(void **state)
+{
+  (void)state;
+  const long Sn = 2, CAP = 8;
+  double lens[] = { 3 }, mask[8] = { 0 }, w[2 * 2 * 8];
+  ref_problem p;
+  ref_tensors t;
+  double *out, *kc, *vc, *ks, *vs;
+  cache_problem(REF_KV_F64, 1, lens, 3, &p, &t, &out, &kc, &vc, &ks, &vs);
+  p.empty_rows = REF_EMPTY_UNIFORM;
+  p.has_mask = 1;
+  p.mask_rank = 1;
+  p.mask[0] = CAP;
+  t.mask = mask;   /* every key hidden */
+  t.weights = w;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  for (long r = 0; r < 2 * Sn; r++)
+    for (long j = 0; j < CAP; j++) assert_near(w[r * CAP + j], j < lens[0] + Sn ? 1.0 / (lens[0] + Sn) : 0.0, TOL);
+  cache_problem_free(&t, out, kc, vc, ks, vs);
+}
+
+/* A run whose rows do not fit, a cache_len that is no position, and
+ * combinations the spec language refuses. */
+static void test_reference_cache_rejects(void **state)
+{
+  (void)state;
+  ref_problem p;
+  ref_tensors t;
+  double *out, *kc, *vc, *ks, *vs;
+  double lens[] = { 6, 0 };   /* 6 + 2 = 8 = CAP: fits */
+  cache_problem(REF_KV_BF16, 2, lens, 4, &p, &t, &out, &kc, &vc, &ks, &vs);
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  lens[1] = 7;   /* 7 + 2 > 8 */
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  lens[1] = -1;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  lens[1] = 0.5;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  lens[1] = 0;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  ref_problem q = p;
+  q.cache = 1;   /* CAP < Sn */
+  assert_int_equal(ref_attention(&q, &t, out), -1);
+  q = p;
+  q.pe = REF_PE_SINUSOIDAL;
+  assert_int_equal(ref_attention(&q, &t, out), -1);
+  q = p;
+  q.global = 1;
+  q.rope = REF_ROPE_NONE;
+  q.G = 1;
+  assert_int_equal(ref_attention(&q, &t, out), -1);
+  q = p;
+  q.kv_dtype = REF_KV_INT8 + 1;
+  assert_int_equal(ref_attention(&q, &t, out), -1);
+  q = p;
+  q.kv[1] = 3;   /* cross-attention */
+  assert_int_equal(ref_attention(&q, &t, out), -1);
+  ref_tensors u = t;
+  u.v_cache = NULL;
+  assert_int_equal(ref_attention(&p, &u, out), -1);
+  u = t;
+  u.cache_len = NULL;
+  assert_int_equal(ref_attention(&p, &u, out), -1);
+  cache_problem_free(&t, out, kc, vc, ks, vs);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -1125,6 +1582,13 @@ int main(void)
     cmocka_unit_test(test_reference_pe_cross),
     cmocka_unit_test(test_reference_pe_self),
     cmocka_unit_test(test_reference_rejects_bad_modifiers),
+    cmocka_unit_test(test_reference_cache_equals_one_pass),
+    cmocka_unit_test(test_reference_cache_per_sequence),
+    cmocka_unit_test(test_reference_cache_rounds_new_rows),
+    cmocka_unit_test(test_reference_cache_round_kv),
+    cmocka_unit_test(test_reference_cache_quantize_row),
+    cmocka_unit_test(test_reference_cache_uniform_empty_rows),
+    cmocka_unit_test(test_reference_cache_rejects),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
