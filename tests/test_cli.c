@@ -220,6 +220,7 @@ typedef struct st_tensor {
   const unsigned char *u8; /* instead of data: one byte per element, dtype U8 (or BOOL if bool_) */
   int bool_;
   int bf16;            /* write data as BF16 (the top half of each float) */
+  const int64_t *i64;  /* instead of data: dtype I64 */
 } st_tensor;
 
 static size_t st_count(const st_tensor *t)
@@ -266,8 +267,8 @@ static void st_write(const char *name, const st_tensor *t, int n)
   int k, a;
   hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "{");
   for (k = 0; k < n; k++) {
-    size_t bytes = st_count(&t[k]) * (t[k].u8 ? 1 : t[k].bf16 ? 2 : 4);
-    const char *dt = t[k].u8 ? (t[k].bool_ ? "BOOL" : "U8") : t[k].bf16 ? "BF16" : "F32";
+    size_t bytes = st_count(&t[k]) * (t[k].u8 ? 1 : t[k].bf16 ? 2 : t[k].i64 ? 8 : 4);
+    const char *dt = t[k].u8 ? (t[k].bool_ ? "BOOL" : "U8") : t[k].bf16 ? "BF16" : t[k].i64 ? "I64" : "F32";
     hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", k ? "," : "", t[k].name, dt);
     for (a = 0; a < t[k].rank; a++)
       hlen += (size_t)snprintf(header + hlen, sizeof header - hlen, "%s%lld", a ? "," : "", (long long)t[k].shape[a]);
@@ -289,6 +290,13 @@ static void st_write(const char *name, const st_tensor *t, int n)
       assert_int_equal(fwrite(t[k].u8, 1, m, f), m);
       continue;
     }
+    for (i = 0; t[k].i64 && i < m; i++) {
+      unsigned char b[8];
+      int q;
+      for (q = 0; q < 8; q++) b[q] = (unsigned char)((uint64_t)t[k].i64[i] >> (8 * q));
+      assert_int_equal(fwrite(b, 1, 8, f), 8);
+    }
+    if (t[k].i64) continue;
     for (i = 0; i < m; i++) {
       unsigned char b[4];
       put_f32le(b, t[k].data[i]);
@@ -342,7 +350,7 @@ static float *st_read(const char *name, const char *want, int *rank, int64_t *sh
   char path[PATH_MAX + 64], *buf, *hdr;
   const unsigned char *u;
   const char *obj, *end, *p;
-  size_t len, i, count = 1;
+  size_t len, i, count = 1, es;
   uint64_t hlen = 0;
   int64_t offs[2];
   float *data;
@@ -361,7 +369,9 @@ static float *st_read(const char *name, const char *want, int *rank, int64_t *sh
   end = strchr(obj, '}');
   if (!end) fail_msg("%s: unterminated header", name);
   p = json_key(obj, end, "dtype");
-  if (!p || strncmp(p, "\"F32\"", 5) != 0) fail_msg("%s: %s is not F32: %.200s", name, want, obj);
+  if (!p || (strncmp(p, "\"F32\"", 5) != 0 && strncmp(p, "\"I64\"", 5) != 0))
+    fail_msg("%s: %s is not F32 (or I64): %.200s", name, want, obj);
+  es = strncmp(p, "\"I64\"", 5) == 0 ? 8 : 4;
   p = json_key(obj, end, "shape");
   if (!p || (*rank = json_ints(p, shape, 8)) < 0) fail_msg("%s: bad shape for %s: %.200s", name, want, obj);
   p = json_key(obj, end, "data_offsets");
@@ -370,11 +380,21 @@ static float *st_read(const char *name, const char *want, int *rank, int64_t *sh
   if (offs[0] < 0 || offs[1] < offs[0] || (uint64_t)offs[1] > len - 8 - hlen)
     fail_msg("%s: data_offsets [%lld, %lld] outside the data (%zu bytes)", name, (long long)offs[0], (long long)offs[1],
              (size_t)(len - 8 - hlen));
-  if ((size_t)(offs[1] - offs[0]) != count * 4)
-    fail_msg("%s: %s holds %lld bytes but its shape needs %zu", name, want, (long long)(offs[1] - offs[0]), count * 4);
+  if ((size_t)(offs[1] - offs[0]) != count * es)
+    fail_msg("%s: %s holds %lld bytes but its shape needs %zu", name, want, (long long)(offs[1] - offs[0]), count * es);
   data = malloc(count * 4 + 4);
   assert_non_null(data);
-  for (i = 0; i < count; i++) data[i] = get_f32le(u + 8 + hlen + (size_t)offs[0] + 4 * i);
+  for (i = 0; i < count; i++) {
+    const unsigned char *q = u + 8 + hlen + (size_t)offs[0] + es * i;
+    if (es == 4) {
+      data[i] = get_f32le(q);
+    } else {
+      uint64_t v = 0;
+      int b;
+      for (b = 0; b < 8; b++) v |= (uint64_t)q[b] << (8 * b);
+      data[i] = (float)(int64_t)v;
+    }
+  }
   free(hdr);
   free(buf);
   return data;
@@ -1987,6 +2007,155 @@ static void test_cli_bench_text(void **state)
   cli_free(&r);
 }
 
+/* ---- KV caches (cache=CAP) ---- */
+
+#define CACHE_RUN_SPEC "mha x=1,S,4 heads=1 qkv_bias=false out_bias=true cache=CAP"
+static const float KC0[24] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24 };
+static const float VC0[24] = { -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, -13, -14, -15, -16, -17, -18, -19, -20,
+                               -21, -22, -23, -24 };
+
+/* Weights (identity projections, so the new k, v rows are x's rows), x
+ * (1, 3, 4) and caches (1, 1, CAP=6, 4) holding KC0, VC0, cache_len (1) =
+ * len; names under prefix.  Returns the count. */
+static int cache_files(st_tensor *t, char names[][96], const char *prefix, const int64_t *len)
+{
+  static const char *const w[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "o_proj.bias" };
+  static const char *const in[] = { "k_cache", "v_cache", "cache_len" };
+  int i, k = 0;
+  for (i = 0; i < 5; i++, k++) {
+    snprintf(names[k], 96, "%s%s", prefix, w[i]);
+    t[k] = strstr(w[i], ".bias") ? tens(names[k], BO, 1, 4, 0, 0) : tens(names[k], EYE4, 2, 4, 4, 0);
+  }
+  t[k++] = tens("x", X134, 3, 1, 3, 4);
+  for (i = 0; i < 3; i++, k++) snprintf(names[k], 96, "%s%s", prefix, in[i]);
+  t[k - 3] = tens(names[k - 3], KC0, 3, 1, 1, 6);
+  t[k - 3].rank = 4;
+  t[k - 3].shape[3] = 4;
+  t[k - 2] = t[k - 3];
+  t[k - 2].name = names[k - 2];
+  t[k - 2].data = VC0;
+  t[k - 1] = tens(names[k - 1], NULL, 1, 1, 0, 0);
+  t[k - 1].i64 = len;
+  return k;
+}
+
+/* What fails before anything runs: the caches and --out stay as they were. */
+static void test_cli_run_cache_errors(void **state)
+{
+  st_tensor t[16];
+  char names[16][96], path[PATH_MAX + 64], *before, *after;
+  size_t nb, na;
+  const int64_t len4 = 4, len0 = 0;
+  cli_result r;
+  int n;
+  (void)state;
+  n = cache_files(t, names, "", &len4); /* 4 + 3 new rows > CAP = 6 */
+  st_write("cache_in.safetensors", t, n);
+  before = slurp(wpath(path, sizeof path, "cache_in.safetensors"), &nb);
+  CLI(r, "run", CACHE_RUN_SPEC, "--tensors", "cache_in.safetensors", "--out", "cache_out.safetensors");
+  EXPECT_FAIL(r, "cache_len + Sn > CAP");
+  EXPECT_HAS(r, r.err, "attnc: error: cache_len[0] = 4 leaves no room for the 3 new rows of x: 4 + 3 > CAP = 6; nothing was run",
+             "names the batch element, the values and CAP");
+  cli_free(&r);
+  assert_false(file_exists("cache_out.safetensors"));
+  after = slurp(wpath(path, sizeof path, "cache_in.safetensors"), &na);
+  assert_int_equal(na, nb);
+  assert_memory_equal(after, before, nb);
+  free(after);
+  free(before);
+
+  /* the guard rail: cache tensors for a spec without a cache, with or without the prefix */
+  n = cache_files(t, names, "layers.0.", &len0);
+  st_write("cache_pre.safetensors", t, n);
+  CLI(r, "run", "mha x=1,S,4 heads=1 qkv_bias=false out_bias=true", "--tensors", "cache_pre.safetensors", "--out",
+      "cache_out.safetensors", "--prefix", "layers.0.");
+  EXPECT_FAIL(r, "caches for a spec without cache");
+  EXPECT_HAS(r, r.err, "holds the input 'layers.0.k_cache', which this spec does not read (cache=CAP would)",
+             "names the tensor and the key");
+  cli_free(&r);
+  CLI(r, "run", CACHE_RUN_SPEC " kv_dtype=int8", "--tensors", "cache_pre.safetensors", "--out", "cache_out.safetensors",
+      "--prefix", "layers.0.");
+  EXPECT_FAIL(r, "f32 caches for an int8 cache");
+  EXPECT_HAS(r, r.err, "tensor 'k_cache' has dtype F32 but the spec's cache stores I8 (kv_dtype=int8)", "no conversion");
+  cli_free(&r);
+
+  CLI(r, "bench", "mha x=B,S,8 heads=2", "--cache-len", "3");
+  EXPECT_FAIL(r, "--cache-len without a cache");
+  EXPECT_HAS(r, r.err, "--cache-len is for cache specs, and this one has no cache: add cache=CAP", "says which key");
+  cli_free(&r);
+  CLI(r, "bench", "--help");
+  EXPECT_HAS(r, r.out, "--cache-len N", "bench --help describes --cache-len");
+  cli_free(&r);
+  CLI(r, "run", "--help");
+  EXPECT_HAS(r, r.out, "k_cache, v_cache", "run --help describes the caches");
+  cli_free(&r);
+  CLI(r, "explain", CACHE_RUN_SPEC " kv_dtype=int8", "--dim", "S=1", "--dim", "CAP=16");
+  EXPECT_EXIT0(r, "explain a cache spec");
+  EXPECT_HAS(r, r.out, "k_cache (1, 1, CAP=16, 4)  64 elements, 64 bytes", "an int8 cache: a byte per value");
+  EXPECT_HAS(r, r.out, "v_cache_scale (1, 1, CAP=16)  16 elements, 64 bytes", "F32 scales");
+  EXPECT_HAS(r, r.out, "cache_len (1)  1 elements, 8 bytes", "cache_len, as the kernel reads it");
+  EXPECT_HAS(r, r.out, "cache 256 bytes (k_cache, v_cache and their scales: updated in place)", "the memory line");
+  cli_free(&r);
+}
+
+/* run writes the updated caches and cache_len + Sn to --out under plain
+ * names, so --out is the next step's cache file.  NEEDS THE GENERATED
+ * KERNEL (issue 28): until it writes the caches, this test fails. */
+static void test_cli_run_cache_round_trip(void **state)
+{
+  st_tensor t[16];
+  char names[16][96];
+  const int64_t len2 = 2;
+  int64_t shape[8];
+  float *kc, *vc, *len;
+  cli_result r;
+  int n, rank = 0, p, j;
+  (void)state;
+  n = cache_files(t, names, "layers.0.", &len2);
+  st_write("cache_rt.safetensors", t, n);
+  CLI(r, "run", CACHE_RUN_SPEC, "--tensors", "cache_rt.safetensors", "--out", "cache_rt_out.safetensors", "--prefix", "layers.0.");
+  EXPECT_EXIT0(r, "a cache run");
+  EXPECT_HAS(r, r.err, "wrote out (1, 3, 4), k_cache (1, 1, 6, 4), v_cache (1, 1, 6, 4), cache_len (1) to cache_rt_out.safetensors",
+             "every output, the caches under plain names");
+  cli_free(&r);
+  kc = st_read("cache_rt_out.safetensors", "k_cache", &rank, shape);
+  assert_int_equal(rank, 4);
+  vc = st_read("cache_rt_out.safetensors", "v_cache", &rank, shape);
+  len = st_read("cache_rt_out.safetensors", "cache_len", &rank, shape);
+  assert_int_equal(rank, 1);
+  assert_true(len[0] == 5.0f); /* 2 + the 3 new rows */
+  for (p = 0; p < 6; p++)
+    for (j = 0; j < 4; j++) {
+      const int fresh = p >= 2 && p < 5;
+      const float kwant = fresh ? X134[(p - 2) * 4 + j] : KC0[p * 4 + j], vwant = fresh ? X134[(p - 2) * 4 + j] : VC0[p * 4 + j];
+      /* identity projections without biases: the new rows are x's rows */
+      if (fabsf(kc[p * 4 + j] - kwant) > 1e-6f || fabsf(vc[p * 4 + j] - vwant) > 1e-6f)
+        fail_msg("row %d col %d: k %g v %g, want %g %g (%s)", p, j, (double)kc[p * 4 + j], (double)vc[p * 4 + j], (double)kwant,
+                 (double)vwant, fresh ? "a new row" : "an old row, unchanged");
+    }
+  free(kc);
+  free(vc);
+  free(len);
+}
+
+/* bench --cache-len: random caches, every run from the same length.  NEEDS
+ * check/checker.c's checker_bind_random to bind cache specs (it indexes
+ * past its weight names for the cache slots today). */
+static void test_cli_bench_cache(void **state)
+{
+  cli_result r;
+  (void)state;
+  CLI(r, "bench", "mha x=B,S,8 heads=2 cache=CAP", "--dim", "B=2", "--dim", "S=2", "--dim", "CAP=16", "--cache-len", "5",
+      "--runs", "2", "--warmup-ms", "0", "--json");
+  EXPECT_EXIT0(r, "bench a cache spec");
+  EXPECT_HAS(r, r.out, "\"cache_len\": 5, \"cap\": 16, ", "the JSON says the length");
+  cli_free(&r);
+  CLI(r, "bench", "mha x=B,S,8 heads=2 cache=CAP", "--dim", "S=2", "--dim", "CAP=16", "--cache-len", "15");
+  EXPECT_FAIL(r, "N + Sq > CAP");
+  EXPECT_HAS(r, r.err, "--cache-len 15 leaves no room for the 2 new rows: 15 + 2 > CAP = 16", "says why");
+  cli_free(&r);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -2008,6 +2177,9 @@ int main(void)
     cmocka_unit_test(test_cli_quantize),
     cmocka_unit_test(test_cli_run_int8_and_bf16),
     cmocka_unit_test(test_cli_guard_rails),
+    cmocka_unit_test(test_cli_run_cache_errors),
+    cmocka_unit_test(test_cli_run_cache_round_trip),
+    cmocka_unit_test(test_cli_bench_cache),
     cmocka_unit_test(test_cli_cache),
     cmocka_unit_test(test_cli_gen_name),
     cmocka_unit_test(test_cli_show_plain),

@@ -783,6 +783,272 @@ static void test_runtime_spec_error_position(void **state)
   assert_string_equal(e.message, "unknown key 'haeds' (did you mean 'heads'?)");
 }
 
+/* ---- KV caches (spec key cache=CAP) ---- */
+
+#define CACHE_SPEC "mha x=B,S,8 heads=2 qkv_bias=false out_bias=false cache=CAP"
+
+/* A tensor of any dtype and rank (shape from the variable arguments). */
+static attnc_tensor tn(attnc_dtype dt, void *data, int rank, ...)
+{
+  attnc_tensor t;
+  va_list ap;
+  int a;
+  memset(&t, 0, sizeof t);
+  t.dtype = dt;
+  t.rank = rank;
+  t.data = data;
+  va_start(ap, rank);
+  for (a = 0; a < rank; a++) t.shape[a] = va_arg(ap, int64_t);
+  va_end(ap);
+  return t;
+}
+
+struct cache_case {
+  attnc_kernel *k;
+  attnc_bindings *b;
+  float x[2 * 3 * 8], w[64], out[2 * 3 * 8];
+  float kc[2 * 2 * 8 * 4], vc[2 * 2 * 8 * 4], kc0[2 * 2 * 8 * 4], vc0[2 * 2 * 8 * 4];
+};
+
+/* CACHE_SPEC with B=2, S=3 new rows, CAP=8, c=4; caches filled with a
+ * pattern (kc0, vc0 keep a copy); cache_len not bound. */
+static void cache_case_init(struct cache_case *c, const char *spec)
+{
+  static const char *const names[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
+  attnc_error e;
+  attnc_tensor tx, tk, tv;
+  int i;
+  memset(c, 0, sizeof *c);
+  c->k = attnc_compile(spec, NULL, &e);
+  if (!c->k) fail_msg("%s: %s", spec, e.message);
+  c->b = attnc_bindings_new(c->k);
+  assert_non_null(c->b);
+  for (i = 0; i < 48; i++) c->x[i] = (float)((i * 7 % 11) - 5) / 5.0f;
+  for (i = 0; i < 64; i++) c->w[i] = (float)((i * 5 % 13) - 6) / 10.0f;
+  for (i = 0; i < 128; i++) {
+    c->kc[i] = c->kc0[i] = (float)(i % 9) - 4.5f;
+    c->vc[i] = c->vc0[i] = (float)(i % 5) + 0.25f;
+  }
+  tx = t3(2, 3, 8, c->x);
+  tk = tn(ATTNC_F32, c->kc, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4);
+  tv = tn(ATTNC_F32, c->vc, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4);
+  assert_int_equal(attnc_bind(c->b, "x", &tx, &e), ATTNC_OK);
+  for (i = 0; i < 4; i++) {
+    attnc_tensor tw = t2(8, 8, c->w);
+    assert_int_equal(attnc_bind(c->b, names[i], &tw, &e), ATTNC_OK);
+  }
+  assert_int_equal(attnc_bind(c->b, "k_cache", &tk, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(c->b, "v_cache", &tv, &e), ATTNC_OK);
+}
+
+static void cache_case_free(struct cache_case *c)
+{
+  attnc_bindings_free(c->b);
+  attnc_release(c->k);
+}
+
+/* Every binding error of the caches, each with the message that says what
+ * is wrong and the fix; the names are inputs only with cache=CAP. */
+static void test_runtime_cache_binding_errors(void **state)
+{
+  struct cache_case c;
+  attnc_error e;
+  attnc_tensor t, out = t3(2, 3, 8, NULL);
+  attnc_dtype dt;
+  double d64[128];
+  int8_t i8[128];
+  float f[128];
+  int64_t len2[2] = { 0, 1 }, len3[3] = { 0, 1, 2 };
+  int32_t len1 = 2;
+  attnc_kernel *plain;
+  attnc_bindings *pb;
+  (void)state;
+  memset(f, 0, sizeof f);
+  cache_case_init(&c, CACHE_SPEC);
+  /* the caches are the kernel's in-place inputs, not outputs */
+  assert_string_equal(attnc_inplace_name(c.k, 0, &dt), "k_cache");
+  assert_int_equal(dt, ATTNC_F32);
+  assert_string_equal(attnc_inplace_name(c.k, 1, NULL), "v_cache");
+  assert_null(attnc_inplace_name(c.k, 2, NULL));
+  assert_int_equal(attnc_output_info(c.b, "k_cache", &t, &e), ATTNC_EARG);
+  assert_non_null(strstr(e.message, "'k_cache' is not an output: bind the caller's k_cache with attnc_bind"));
+  /* cache_len is needed */
+  assert_int_equal(attnc_output_shape(c.b, NULL, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "missing tensor 'cache_len': the spec has cache=CAP"));
+  assert_non_null(strstr(e.message, "I32 or I64, a scalar or one per batch element (B)"));
+  /* dtypes: the caches exactly in kv_dtype, cache_len I32 or I64 */
+  t = tn(ATTNC_F64, d64, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4);
+  assert_int_equal(attnc_bind(c.b, "k_cache", &t, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "tensor 'k_cache' has dtype F64 but the spec's cache stores F32 (kv_dtype=f32, which "
+                                    "defaults to dtype); the kernel writes the cache in place, so it is never converted"));
+  t = tn(ATTNC_F32, f, 1, (int64_t)2);
+  assert_int_equal(attnc_bind(c.b, "cache_len", &t, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "tensor 'cache_len' has dtype F32; cache_len counts the positions already filled: pass I32 or I64"));
+  /* cache_len shapes: rank 0 and size-1 axes broadcast, others are errors */
+  t = tn(ATTNC_I64, len3, 1, (int64_t)3);
+  assert_int_equal(attnc_bind(c.b, "cache_len", &t, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(c.b, NULL, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "cache_len (3): axis 0 is 3 but must be 1 or 2"));
+  t = tn(ATTNC_I64, len2, 2, (int64_t)2, (int64_t)1);
+  assert_int_equal(attnc_bind(c.b, "cache_len", &t, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(c.b, NULL, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "cache_len (2, 1) must have at most 1 dims: a scalar, or the batch axes (2)"));
+  t = tn(ATTNC_I32, &len1, 0);
+  assert_int_equal(attnc_bind(c.b, "cache_len", &t, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(c.b, NULL, &e), ATTNC_OK);
+  assert_int_equal(c.b->cache_len[0], 2);
+  assert_int_equal(c.b->cache_len[1], 2);
+  t = tn(ATTNC_I64, len2, 1, (int64_t)1);
+  assert_int_equal(attnc_bind(c.b, "cache_len", &t, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(c.b, NULL, &e), ATTNC_OK);
+  assert_int_equal(c.b->cache_len[1], 0);
+  /* cache shapes: exactly (batch axes..., G, CAP, c), and one CAP for both */
+  t = tn(ATTNC_F32, f, 4, (int64_t)2, (int64_t)1, (int64_t)8, (int64_t)4);
+  assert_int_equal(attnc_bind(c.b, "k_cache", &t, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(c.b, NULL, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "tensor 'k_cache' (2, 1, 8, 4): axis 1 is 1 but the spec says 2; k_cache is "
+                                    "(batch axes..., G, CAP, c) = (B, 2, CAP, 4), exactly"));
+  t = tn(ATTNC_F32, f, 4, (int64_t)2, (int64_t)2, (int64_t)7, (int64_t)4);
+  assert_int_equal(attnc_bind(c.b, "k_cache", &t, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(c.b, NULL, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "tensor 'v_cache' (2, 2, 8, 4): axis 2 is 8 but dim CAP = 7 (from k_cache axis 2)"));
+  t = tn(ATTNC_F32, c.vc + 4, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4); /* overlaps v_cache */
+  assert_int_equal(attnc_bind(c.b, "k_cache", &t, &e), ATTNC_OK);
+  assert_int_equal(attnc_run(c.b, &out, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "tensors 'k_cache' and 'v_cache' share memory: the kernel writes both in place"));
+  t = tn(ATTNC_F32, f, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4);
+  assert_int_equal(attnc_bind(c.b, "k_cache_scale", &t, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "this kernel does not use 'k_cache_scale' (the per-row scales of an int8 cache: "
+                                    "the spec's cache stores F32; add kv_dtype=int8"));
+  cache_case_free(&c);
+
+  /* int8: I8 caches with F32 scales */
+  plain = attnc_compile(CACHE_SPEC " kv_dtype=int8", NULL, &e);
+  assert_non_null(plain);
+  assert_string_equal(attnc_inplace_name(plain, 2, &dt), "k_cache_scale");
+  assert_int_equal(dt, ATTNC_F32);
+  assert_non_null(attnc_inplace_name(plain, 0, &dt));
+  assert_int_equal(dt, ATTNC_I8);
+  pb = attnc_bindings_new(plain);
+  t = tn(ATTNC_F32, f, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4);
+  assert_int_equal(attnc_bind(pb, "v_cache", &t, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "but the spec's cache stores I8 (kv_dtype=int8)"));
+  t = tn(ATTNC_I8, i8, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4);
+  assert_int_equal(attnc_bind(pb, "v_cache", &t, &e), ATTNC_OK);
+  t = tn(ATTNC_F64, d64, 3, (int64_t)2, (int64_t)2, (int64_t)8);
+  assert_int_equal(attnc_bind(pb, "v_cache_scale", &t, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "the int8 cache's scales are F32"));
+  attnc_bindings_free(pb);
+  attnc_release(plain);
+
+  /* without cache=CAP the names are not inputs, and the error names the key */
+  plain = attnc_compile("mha x=B,S,8 heads=2", NULL, &e);
+  pb = attnc_bindings_new(plain);
+  t = tn(ATTNC_F32, f, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4);
+  assert_int_equal(attnc_bind(pb, "v_cache", &t, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "this kernel does not use 'v_cache' (a KV cache: add cache=CAP to the spec)"));
+  t = tn(ATTNC_I64, len2, 1, (int64_t)2);
+  assert_int_equal(attnc_bind(pb, "cache_len", &t, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "add cache=CAP"));
+  assert_null(attnc_inplace_name(plain, 0, NULL));
+  attnc_bindings_free(pb);
+  attnc_release(plain);
+}
+
+/* A cache_len out of range is an error before the kernel starts: the
+ * message names the batch element and the values, and the caches and the
+ * output keep every bit. */
+static void test_runtime_cache_len_errors_change_nothing(void **state)
+{
+  static const struct { int64_t len[2]; const char *want; } cases[] = {
+    { { 0, 6 }, "cache_len[1] = 6 leaves no room for the 3 new rows of x: 6 + 3 > CAP = 8; nothing was run and the caches are unchanged" },
+    { { -1, 0 }, "cache_len[0] = -1 is negative: it counts the cache positions already filled (0 for an empty cache)" },
+    { { 9, 0 }, "cache_len[0] = 9 leaves no room" },
+  };
+  struct cache_case c;
+  attnc_error e;
+  attnc_tensor t, out;
+  float out0[48];
+  size_t i;
+  (void)state;
+  for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cache_case_init(&c, CACHE_SPEC);
+    out = t3(2, 3, 8, c.out);
+    memset(c.out, 0x5a, sizeof c.out);
+    memcpy(out0, c.out, sizeof out0);
+    t = tn(ATTNC_I64, (void *)cases[i].len, 1, (int64_t)2);
+    assert_int_equal(attnc_bind(c.b, "cache_len", &t, &e), ATTNC_OK);
+    assert_int_equal(attnc_run(c.b, &out, &e), ATTNC_EBIND);
+    if (!strstr(e.message, cases[i].want)) fail_msg("case %zu: got '%s', want '%s'", i, e.message, cases[i].want);
+    assert_memory_equal(c.kc, c.kc0, sizeof c.kc);
+    assert_memory_equal(c.vc, c.vc0, sizeof c.vc);
+    assert_memory_equal(c.out, out0, sizeof out0);
+    cache_case_free(&c);
+  }
+  /* two batch axes: the index names both */
+  {
+    static const char *const names[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
+    float x[2 * 2 * 1 * 8] = { 0 }, w[64] = { 0 }, kc[2 * 2 * 2 * 5 * 4], vc[2 * 2 * 2 * 5 * 4], o[32];
+    int64_t len[2] = { 4, 5 }; /* (A=2, 1) broadcast over B: element [1, 0] is 5 */
+    attnc_kernel *k = attnc_compile("mha x=A,B,S,8 heads=2 qkv_bias=false out_bias=false cache=CAP", NULL, &e);
+    attnc_bindings *b = attnc_bindings_new(k);
+    attnc_tensor to = tn(ATTNC_F32, o, 4, (int64_t)2, (int64_t)2, (int64_t)1, (int64_t)8);
+    int j;
+    memset(kc, 0, sizeof kc);
+    memset(vc, 0, sizeof vc);
+    t = tn(ATTNC_F32, x, 4, (int64_t)2, (int64_t)2, (int64_t)1, (int64_t)8);
+    assert_int_equal(attnc_bind(b, "x", &t, &e), ATTNC_OK);
+    for (j = 0; j < 4; j++) {
+      attnc_tensor tw = t2(8, 8, w);
+      assert_int_equal(attnc_bind(b, names[j], &tw, &e), ATTNC_OK);
+    }
+    t = tn(ATTNC_F32, kc, 5, (int64_t)2, (int64_t)2, (int64_t)2, (int64_t)5, (int64_t)4);
+    assert_int_equal(attnc_bind(b, "k_cache", &t, &e), ATTNC_OK);
+    t.data = vc;
+    assert_int_equal(attnc_bind(b, "v_cache", &t, &e), ATTNC_OK);
+    t = tn(ATTNC_I64, len, 2, (int64_t)2, (int64_t)1);
+    assert_int_equal(attnc_bind(b, "cache_len", &t, &e), ATTNC_OK);
+    assert_int_equal(attnc_run(b, &to, &e), ATTNC_EBIND);
+    assert_non_null(strstr(e.message, "cache_len[1, 0] = 5 leaves no room for the 1 new rows of x: 5 + 1 > CAP = 5"));
+    len[1] = 4;
+    assert_int_equal(attnc_run(b, &to, &e), ATTNC_OK); /* read at every run, like any input */
+    attnc_bindings_free(b);
+    attnc_release(k);
+  }
+}
+
+/* A run writes rows cache_len[b] .. cache_len[b] + 2 of each cache and
+ * keeps every other bit.  NEEDS THE GENERATED KERNEL (issue 28): until it
+ * writes the caches, this test fails. */
+static void test_runtime_cache_run_writes_new_rows_only(void **state)
+{
+  struct cache_case c;
+  attnc_error e;
+  attnc_tensor t, out;
+  int64_t len[2] = { 0, 5 };
+  int bb, g, p, j;
+  (void)state;
+  cache_case_init(&c, CACHE_SPEC);
+  out = t3(2, 3, 8, c.out);
+  t = tn(ATTNC_I64, len, 1, (int64_t)2);
+  assert_int_equal(attnc_bind(c.b, "cache_len", &t, &e), ATTNC_OK);
+  assert_int_equal(attnc_run(c.b, &out, &e), ATTNC_OK);
+  for (bb = 0; bb < 2; bb++)
+    for (g = 0; g < 2; g++)
+      for (p = 0; p < 8; p++) {
+        const size_t at = (((size_t)bb * 2 + (size_t)g) * 8 + (size_t)p) * 4;
+        const int fresh = p >= len[bb] && p < len[bb] + 3;
+        int kdiff = 0, vdiff = 0;
+        for (j = 0; j < 4; j++) {
+          kdiff |= memcmp(&c.kc[at + j], &c.kc0[at + j], sizeof(float)) != 0;
+          vdiff |= memcmp(&c.vc[at + j], &c.vc0[at + j], sizeof(float)) != 0;
+        }
+        if (fresh && !(kdiff && vdiff)) fail_msg("b %d g %d: new row %d was not written", bb, g, p);
+        if (!fresh && (kdiff || vdiff)) fail_msg("b %d g %d: row %d is not new but changed", bb, g, p);
+      }
+  cache_case_free(&c);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -803,6 +1069,9 @@ int main(void)
     cmocka_unit_test(test_runtime_dump_dir),
     cmocka_unit_test(test_runtime_threads_compile),
     cmocka_unit_test(test_runtime_spec_error_position),
+    cmocka_unit_test(test_runtime_cache_binding_errors),
+    cmocka_unit_test(test_runtime_cache_len_errors_change_nothing),
+    cmocka_unit_test(test_runtime_cache_run_writes_new_rows_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

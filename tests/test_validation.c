@@ -75,7 +75,7 @@ static const char *const WEIGHT_NAMES[] = {
 
 static const char *slot_bind_name(int slot)
 {
-  return slot >= ATTNC_SLOT_WQ ? WEIGHT_NAMES[slot - ATTNC_SLOT_WQ] : attnc_slot_name(slot);
+  return attnc_slot_is_weight(slot) ? WEIGHT_NAMES[slot - ATTNC_SLOT_WQ] : attnc_slot_name(slot);
 }
 
 typedef struct prob {
@@ -143,7 +143,7 @@ static void prob_init(prob *p, const char *spec, attnc_backend be, const char *c
     assert_non_null(p->raw[slot]);
     assert_non_null(p->ref[slot]);
     t->data = p->raw[slot];
-    if (slot >= ATTNC_SLOT_WQ) amp = 1.0 / sqrt((double)(t->rank == 2 ? t->shape[1] : 16));
+    if (attnc_slot_is_weight(slot)) amp = 1.0 / sqrt((double)(t->rank == 2 ? t->shape[1] : 16));
     for (j = 0; j < n; j++) {
       double v = uniform(&rng) * amp;
       if (slot == ATTNC_SLOT_MASK) v = (j % 5) != 3; /* a fixed pattern, every fifth key hidden */
