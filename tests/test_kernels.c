@@ -85,7 +85,8 @@ static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S,
             be == ATTNC_BACKEND_CC ? "cc" : "tcc", form == ATTNC_FORM_PLAIN ? ", plain form" : "", spec, (long long)all_values[0], (long long)all_values[1], mask_rank, keep, seed,
             o.misalign, o.threads);
     if (r.status != ATTNC_OK) fprintf(stderr, "%s %s\n", r.err.where, r.err.message);
-    else fprintf(stderr, "max abs error %.3g, max |ref| %.3g, NMSE %.3g (at most %.0e)\n", r.max_abs, r.max_ref, r.nmse, r.nmse_max);
+    else fprintf(stderr, "max abs error %.3g, max |ref| %.3g, NMSE %.3g (at most %.0e)%s%s\n", r.max_abs, r.max_ref, r.nmse,
+                 r.nmse_max, r.err.message[0] ? "; " : "", r.err.message);
   }
 }
 
@@ -710,7 +711,8 @@ static void test_kernels_16_no_prims_tcc(void **s)
  * (Sn = 1) over caches of every kv_dtype, with heads, GQA and MQA, head
  * dims 4..64, batch axes 0..2, per-sequence cache_len (a scalar for some
  * seeds), masks over the cache, windows, both ropes, alibi, softcap,
- * sinks, lse, weights_out and bias, in f32, bf16 and f64.  The checker
+ * sinks, lse, weights_out and bias, in f32, bf16 and f64, and with int8
+ * weights.  The checker
  * compares out, lse and attn, the rows the run wrote into the caches,
  * and that no other row changed.  Each spec runs with a kv_dtype and a
  * dtype chosen by its index and length, so that every pair is seen
@@ -729,6 +731,7 @@ static void sweep_cache(attnc_backend be)
     "mha x=S,16 heads=2 cache=12 alibi lse",
     "gqa x=B,S,32 heads=4 kv_heads=2 cache=40 rope=neox alibi sinks lse softcap=20 mask=key",
     "mha x=B,S,128 heads=2 cache=70 rope=neox",
+    "gqa x=B,S,32 heads=4 kv_heads=2 cache=40 weights=int8 rope=neox",
   };
   static const char *const kv[] = { "", " kv_dtype=bf16", " kv_dtype=f16", " kv_dtype=int8", " kv_dtype=f32" };
   static const char *const dt[] = { "", " dtype=bf16", " dtype=f64" };
@@ -749,6 +752,13 @@ static void sweep_cache(attnc_backend be)
 }
 static void test_kernels_cache_tcc(void **s) { (void)s; sweep_cache(ATTNC_BACKEND_TCC); }
 static void test_kernels_cache_cc(void **s) { (void)s; sweep_cache(ATTNC_BACKEND_CC); }
+static void test_kernels_cache_no_prims_tcc(void **s)
+{
+  (void)s;
+  setenv("ATTNC_NO_PRIMS", "1", 1);
+  sweep_cache(ATTNC_BACKEND_TCC);
+  unsetenv("ATTNC_NO_PRIMS");
+}
 static void test_kernels_cache_plain(void **s)
 {
   (void)s;
@@ -1025,7 +1035,7 @@ int main(void)
     cmocka_unit_test(test_kernels_modifiers_tcc), cmocka_unit_test(test_kernels_modifiers_cc),
     cmocka_unit_test(test_kernels_modifiers_plain),
     cmocka_unit_test(test_kernels_cache_tcc), cmocka_unit_test(test_kernels_cache_cc),
-    cmocka_unit_test(test_kernels_cache_plain),
+    cmocka_unit_test(test_kernels_cache_no_prims_tcc), cmocka_unit_test(test_kernels_cache_plain),
     cmocka_unit_test(test_kernels_cache_decode_equals_one_pass),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
