@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "checker.h"
+#include "internal.h"
 #include "testutil.h"
 
 struct sweep {
@@ -84,7 +85,8 @@ static void one(struct sweep *sw, attnc_backend be, const char *spec, int64_t S,
             be == ATTNC_BACKEND_CC ? "cc" : "tcc", form == ATTNC_FORM_PLAIN ? ", plain form" : "", spec, (long long)all_values[0], (long long)all_values[1], mask_rank, keep, seed,
             o.misalign, o.threads);
     if (r.status != ATTNC_OK) fprintf(stderr, "%s %s\n", r.err.where, r.err.message);
-    else fprintf(stderr, "max abs error %.3g, max |ref| %.3g, NMSE %.3g (at most %.0e)\n", r.max_abs, r.max_ref, r.nmse, r.nmse_max);
+    else fprintf(stderr, "max abs error %.3g, max |ref| %.3g, NMSE %.3g (at most %.0e)%s%s\n", r.max_abs, r.max_ref, r.nmse,
+                 r.nmse_max, r.err.message[0] ? "; " : "", r.err.message);
   }
 }
 
@@ -705,6 +707,298 @@ static void test_kernels_16_no_prims_tcc(void **s)
   unsetenv("ATTNC_NO_PRIMS");
 }
 
+/* KV caches (spec key cache): prefill (Sn = 8), odd Sn (3) and decoding
+ * (Sn = 1) over caches of every kv_dtype, with heads, GQA and MQA, head
+ * dims 4..64, batch axes 0..2, per-sequence cache_len (a scalar for some
+ * seeds), masks over the cache, windows, both ropes, alibi, softcap,
+ * sinks, lse, weights_out and bias, in f32, bf16 and f64, and with int8
+ * weights.  The checker
+ * compares out, lse and attn, the rows the run wrote into the caches,
+ * and that no other row changed.  Each spec runs with a kv_dtype and a
+ * dtype chosen by its index and length, so that every pair is seen
+ * without running the product. */
+static void sweep_cache(attnc_backend be)
+{
+  static const char *const specs[] = {
+    "mha x=B,S,16 heads=2 cache=24",
+    "gqa x=B,S,32 heads=4 kv_heads=2 cache=40 rope=neox",
+    "mqa x=B,S,32 heads=4 cache=33 rope=gptj rope_dim=4 alibi",
+    "gqa x=B,S,24 heads=6 kv_heads=3 head_dim=4 cache=20 mask=key window=5,0 softcap=5",
+    "mha x=B,S,16 heads=2 cache=16 sinks lse weights_out",
+    "mqa x=B,S,32 heads=4 cache=64 mask=key empty_rows=uniform weights_out",
+    "mha x=B,S,16 heads=2 cache=24 bias=B,2,S,24",
+    "mha x=2,3,S,16 heads=2 cache=24 rope=neox",
+    "mha x=S,16 heads=2 cache=12 alibi lse",
+    "gqa x=B,S,32 heads=4 kv_heads=2 cache=40 rope=neox alibi sinks lse softcap=20 mask=key",
+    "mha x=B,S,128 heads=2 cache=70 rope=neox",
+    "gqa x=B,S,32 heads=4 kv_heads=2 cache=40 weights=int8 rope=neox",
+  };
+  static const char *const kv[] = { "", " kv_dtype=bf16", " kv_dtype=f16", " kv_dtype=int8", " kv_dtype=f32" };
+  static const char *const dt[] = { "", " dtype=bf16", " dtype=f64" };
+  static const int64_t lens[] = { 1, 3, 8 };
+  struct sweep sw = { 0, 0 };
+  char spec[600];
+  size_t i, l;
+  for (i = 0; i < sizeof specs / sizeof specs[0]; i++)
+    for (l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      snprintf(spec, sizeof spec, "%s%s%s", specs[i], kv[(i + l) % 5], dt[(2 * i + l) % 3]);
+      one(&sw, be, spec, lens[l], 0, 0.7, 1500 + i * 3 + l);
+    }
+  /* a named CAP, bound from the caches' shape (T = S + 3 for S = 1, 2) */
+  one(&sw, be, "mha x=B,S,16 heads=2 cache=T rope=neox", 1, 0, 0, 1600);
+  one(&sw, be, "gqa x=B,S,16 heads=4 kv_heads=2 cache=T kv_dtype=int8", 2, 0, 0, 1601);
+  report("cache", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+static void test_kernels_cache_tcc(void **s) { (void)s; sweep_cache(ATTNC_BACKEND_TCC); }
+static void test_kernels_cache_cc(void **s) { (void)s; sweep_cache(ATTNC_BACKEND_CC); }
+static void test_kernels_cache_no_prims_tcc(void **s)
+{
+  (void)s;
+  setenv("ATTNC_NO_PRIMS", "1", 1);
+  sweep_cache(ATTNC_BACKEND_TCC);
+  unsetenv("ATTNC_NO_PRIMS");
+}
+static void test_kernels_cache_plain(void **s)
+{
+  (void)s;
+  form = ATTNC_FORM_PLAIN;
+  sweep_cache(ATTNC_BACKEND_TCC);
+  form = ATTNC_FORM_FAST;
+}
+
+/* ---- decoding through one kernel equals one causal pass (issue 28, item 7) ---- */
+
+static float decode_rand(unsigned long *seed)
+{
+  *seed = *seed * 6364136223846793005UL + 1442695040888963407UL;
+  return (float)((*seed >> 33) % 20001) / 10000.0f - 1.0f;
+}
+
+/* n floats in [-amp, amp] */
+static float *decode_floats(size_t n, float amp, unsigned long *seed)
+{
+  float *a = malloc(n * sizeof *a + 1);
+  size_t i;
+  assert_non_null(a);
+  for (i = 0; i < n; i++) a[i] = amp * decode_rand(seed);
+  return a;
+}
+
+/* A cache of n values in dt holding large finite garbage (int8: q with
+ * scales of 1000): a kernel that reads a position it must not see fails. */
+static void *decode_garbage(attnc_dtype dt, size_t n, unsigned long *seed)
+{
+  void *mem = malloc(n * attnc_dtype_size(dt) + 1);
+  size_t i;
+  assert_non_null(mem);
+  for (i = 0; i < n; i++) {
+    if (dt == ATTNC_I8) {
+      ((int8_t *)mem)[i] = (int8_t)(127 * decode_rand(seed));
+    } else {
+      double v = 1000.0 * decode_rand(seed);
+      attnc_convert(&v, ATTNC_F64, (char *)mem + i * attnc_dtype_size(dt), dt, 1);
+    }
+  }
+  return mem;
+}
+
+/* The weights of a full-mode spec under their PyTorch names, as slots. */
+static const struct { int slot; const char *name; } DECODE_W[] = {
+  { ATTNC_SLOT_WQ, "q_proj.weight" }, { ATTNC_SLOT_BQ, "q_proj.bias" }, { ATTNC_SLOT_WK, "k_proj.weight" },
+  { ATTNC_SLOT_BK, "k_proj.bias" },   { ATTNC_SLOT_WV, "v_proj.weight" }, { ATTNC_SLOT_BV, "v_proj.bias" },
+  { ATTNC_SLOT_WO, "o_proj.weight" }, { ATTNC_SLOT_BO, "o_proj.bias" },
+};
+
+typedef struct decode_case {
+  const char *body;   /* the layer: x=B,S,C first */
+  const char *kv;     /* "" or " kv_dtype=..." */
+  int S, S2;          /* prefill S rows, then S2 single rows */
+  int lag;            /* odd batch elements one prefill behind (per-sequence cache_len, I64), else a scalar I32 */
+} decode_case;
+
+/* Bind every weight the kernel uses, from w (one array per DECODE_W row,
+ * made on the first call). */
+static void decode_bind_weights(attnc_kernel *k, attnc_bindings *b, float **w, unsigned long *seed)
+{
+  const attnc_gen *g = attnc_kernel_gen(k);
+  attnc_error e;
+  size_t i;
+  for (i = 0; i < sizeof DECODE_W / sizeof DECODE_W[0]; i++) {
+    const attnc_shape *sh = &g->shape[DECODE_W[i].slot];
+    attnc_tensor t;
+    size_t n = 1;
+    int a;
+    if (!g->used[DECODE_W[i].slot]) continue;
+    memset(&t, 0, sizeof t);
+    t.dtype = ATTNC_F32;
+    t.rank = sh->rank;
+    for (a = 0; a < sh->rank; a++) n *= (size_t)(t.shape[a] = sh->dim[a]);
+    if (!w[i]) w[i] = decode_floats(n, (float)(1.0 / sqrt((double)sh->dim[sh->rank - 1])), seed);
+    t.data = w[i];
+    if (attnc_bind(b, DECODE_W[i].name, &t, &e) != ATTNC_OK) fail_msg("bind %s: %s", DECODE_W[i].name, e.message);
+  }
+}
+
+/* The rows of x (B, N, C) that batch element b feeds a run: Sn of them from lens[b]. */
+static void decode_rows(const float *x, long B, long N, long C, const int64_t *lens, long Sn, float *xs)
+{
+  long b;
+  for (b = 0; b < B; b++) memcpy(xs + b * Sn * C, x + (b * N + lens[b]) * C, (size_t)(Sn * C) * sizeof *xs);
+}
+
+/* One case on one backend and thread count: a cache kernel fed the
+ * prefill, (with lag) a second prefill that advances the even batch
+ * elements and rewrites the odd ones' first S rows, then S2 single rows,
+ * cache_len advancing by Sn after each run; each run's out against the
+ * matching rows of one causal pass of the kernel without a cache over
+ * the even elements' N = (1 + lag) S + S2 rows (the odd elements' later
+ * rows, which causal keeps from their earlier ones, are never fed to the
+ * cache).  Both kernels are within their bound of the exact result, so
+ * they agree within twice the bound (the looser of dtype's and
+ * kv_dtype's rows, at the one pass's rms). */
+static void decode_case_run(const decode_case *dc, attnc_backend be, int threads)
+{
+  const long B = 2, N = (1 + dc->lag) * dc->S + dc->S2, CAP = N;
+  char cspec[600], pspec[600];
+  attnc_options opts = { be, threads, NULL, ATTNC_FORM_FAST };
+  attnc_error e;
+  attnc_kernel *kc, *kp;
+  attnc_bindings *bc, *bp;
+  const attnc_gen *g;
+  unsigned long seed = 4242;
+  float *w[sizeof DECODE_W / sizeof DECODE_W[0]] = { NULL }, *x, *sinks, *one, *xs, *os;
+  unsigned char *mask;
+  void *cache[2], *scale[2] = { NULL, NULL };
+  int64_t lens[2] = { 0, 0 }, C, H, G, hd;
+  attnc_dtype kd;
+  double nmse, atol, a_rms, rtol, n2, at2, ar2, rt2, sum2 = 0, rms, worst = 0;
+  size_t i, ncache;
+  int step, nsteps = 1 + dc->lag + dc->S2;
+
+  snprintf(cspec, sizeof cspec, "%s cache=%ld%s", dc->body, CAP, dc->kv);
+  snprintf(pspec, sizeof pspec, "%s causal", dc->body);
+  kc = attnc_compile(cspec, &opts, &e);
+  if (!kc) fail_msg("%s: %s", cspec, e.message);
+  kp = attnc_compile(pspec, &opts, &e);
+  if (!kp) fail_msg("%s: %s", pspec, e.message);
+  g = attnc_kernel_gen(kc);
+  C = g->c_in;
+  H = g->heads;
+  G = g->kv_heads;
+  hd = g->head_dim;
+  kd = strstr(dc->kv, "int8") ? ATTNC_I8 : strstr(dc->kv, "bf16") ? ATTNC_BF16 : strstr(dc->kv, "f16") ? ATTNC_F16
+       : strstr(dc->kv, "f32") ? ATTNC_F32 : g->dtype;
+  bc = attnc_bindings_new(kc);
+  bp = attnc_bindings_new(kp);
+  assert_true(bc && bp);
+  assert_int_equal(attnc_bindings_set_threads(bc, threads, &e), ATTNC_OK);
+  assert_int_equal(attnc_bindings_set_threads(bp, threads, &e), ATTNC_OK);
+  decode_bind_weights(kc, bc, w, &seed);
+  decode_bind_weights(kp, bp, w, &seed);
+
+  /* the one pass */
+  x = decode_floats((size_t)(B * N * C), 1.0f, &seed);
+  sinks = decode_floats((size_t)H, 1.0f, &seed);
+  mask = malloc((size_t)(B * N));
+  one = malloc((size_t)(B * N * C) * sizeof *one);
+  assert_true(mask && one);
+  for (i = 0; i < (size_t)(B * N); i++) mask[i] = decode_rand(&seed) > -0.6f;
+  {
+    attnc_tensor tx = { ATTNC_F32, 3, { B, N, C }, x }, to = { ATTNC_F32, 3, { B, N, C }, one };
+    attnc_tensor tm = { ATTNC_U8, 2, { B, N }, mask }, ts = { ATTNC_F32, 1, { H }, sinks };
+    assert_int_equal(attnc_bind(bp, "x", &tx, &e), ATTNC_OK);
+    if (g->has_mask) assert_int_equal(attnc_bind(bp, "mask", &tm, &e), ATTNC_OK);
+    if (g->sinks) assert_int_equal(attnc_bind(bp, "sinks", &ts, &e), ATTNC_OK);
+    if (attnc_run(bp, &to, &e) != ATTNC_OK) fail_msg("%s: %s", pspec, e.message);
+    if (g->has_mask) assert_int_equal(attnc_bind(bc, "mask", &tm, &e), ATTNC_OK);
+    if (g->sinks) assert_int_equal(attnc_bind(bc, "sinks", &ts, &e), ATTNC_OK);
+  }
+  for (i = 0; i < (size_t)(B * N * C); i++) sum2 += (double)one[i] * one[i];
+  rms = sqrt(sum2 / (double)(B * N * C));
+  checker_bounds(g->dtype, &nmse, &atol, &a_rms, &rtol);
+  checker_bounds(kd, &n2, &at2, &ar2, &rt2);
+  atol = fmax(atol, at2) + fmax(a_rms, ar2) * rms;
+  rtol = fmax(rtol, rt2);
+
+  /* the caches: (B, G, CAP, hd) of garbage in kv_dtype, int8 scales of 1000 */
+  ncache = (size_t)(B * G * CAP * hd);
+  for (i = 0; i < 2; i++) {
+    attnc_tensor t = { kd, 4, { B, G, CAP, hd }, NULL };
+    cache[i] = decode_garbage(kd, ncache, &seed);
+    t.data = cache[i];
+    if (attnc_bind(bc, i ? "v_cache" : "k_cache", &t, &e) != ATTNC_OK) fail_msg("%s: bind the cache: %s", cspec, e.message);
+    if (kd == ATTNC_I8) {
+      attnc_tensor ts = { ATTNC_F32, 3, { B, G, CAP }, NULL };
+      size_t r;
+      scale[i] = malloc((size_t)(B * G * CAP) * sizeof(float));
+      assert_non_null(scale[i]);
+      for (r = 0; r < (size_t)(B * G * CAP); r++) ((float *)scale[i])[r] = 1000.0f;
+      ts.data = scale[i];
+      if (attnc_bind(bc, i ? "v_cache_scale" : "k_cache_scale", &ts, &e) != ATTNC_OK)
+        fail_msg("%s: bind the scales: %s", cspec, e.message);
+    }
+  }
+
+  xs = malloc((size_t)(B * dc->S * C) * sizeof *xs);
+  os = malloc((size_t)(B * dc->S * C) * sizeof *os);
+  assert_true(xs && os);
+  for (step = 0; step < nsteps; step++) {
+    const long Sn = step <= dc->lag ? dc->S : 1;
+    attnc_tensor tx = { ATTNC_F32, 3, { B, Sn, C }, xs }, to = { ATTNC_F32, 3, { B, Sn, C }, os };
+    int32_t len32 = (int32_t)lens[0];
+    attnc_tensor tl = { ATTNC_I64, 1, { B }, lens }, tl0 = { ATTNC_I32, 0, { 0 }, &len32 };
+    long b, r, c;
+    decode_rows(x, B, N, C, lens, Sn, xs);
+    assert_int_equal(attnc_bind(bc, "x", &tx, &e), ATTNC_OK);
+    if (attnc_bind(bc, "cache_len", dc->lag ? &tl : &tl0, &e) != ATTNC_OK) fail_msg("%s: bind cache_len: %s", cspec, e.message);
+    if (attnc_run(bc, &to, &e) != ATTNC_OK) fail_msg("%s, step %d: %s", cspec, step, e.message);
+    for (b = 0; b < B; b++)
+      for (r = 0; r < Sn; r++)
+        for (c = 0; c < C; c++) {
+          const double got = os[(b * Sn + r) * C + c], want = one[(b * N + lens[b] + r) * C + c];
+          const double d = fabs(got - want) / (2 * (atol + rtol * fabs(want)));
+          if (!(d <= worst)) {
+            worst = isnan(d) ? INFINITY : d;
+            if (worst > 1)
+              fail_msg("[%s, %d threads] %s: step %d (Sn %ld, cache_len %lld) batch element %ld row %ld feature %ld is %.9g, "
+                       "the one causal pass %.9g (bound %.3g)",
+                       be == ATTNC_BACKEND_CC ? "cc" : "tcc", threads, cspec, step, Sn, (long long)lens[b], b, r, c, got,
+                       want, 2 * (atol + rtol * fabs(want)));
+          }
+        }
+    /* the caller advances cache_len; with lag the odd elements re-ran their first rows once */
+    for (b = 0; b < B; b++) lens[b] += (step == 1 && dc->lag && b % 2) ? 0 : Sn;
+  }
+  printf("cache decode = one causal pass [%s, %d threads]: %s, %d runs, worst %.3g of the bound\n",
+         be == ATTNC_BACKEND_CC ? "cc" : "tcc", threads, cspec, nsteps, worst);
+  for (i = 0; i < sizeof DECODE_W / sizeof DECODE_W[0]; i++) free(w[i]);
+  free(x); free(sinks); free(mask); free(one); free(xs); free(os);
+  free(cache[0]); free(cache[1]); free(scale[0]); free(scale[1]);
+  attnc_bindings_free(bc);
+  attnc_bindings_free(bp);
+  attnc_release(kc);
+  attnc_release(kp);
+}
+
+static void test_kernels_cache_decode_equals_one_pass(void **s)
+{
+  static const decode_case cases[] = {
+    { "gqa x=B,S,32 heads=4 kv_heads=2 rope=neox", "", 5, 3, 1 },
+    { "mqa x=B,S,32 heads=4 rope=gptj alibi sinks softcap=20", " kv_dtype=bf16", 4, 3, 1 },
+    { "mha x=B,S,16 heads=2 mask=key window=4,0", " kv_dtype=int8", 3, 4, 1 },
+    { "gqa x=B,S,32 heads=4 kv_heads=2 rope=neox dtype=bf16", " kv_dtype=f16", 6, 2, 0 },
+    { "mha x=B,S,16 heads=2 alibi dtype=f64", "", 1, 4, 1 },
+    { "mha x=B,S,128 heads=2 rope=neox", "", 7, 2, 0 },
+  };
+  size_t i;
+  int be, th;
+  (void)s;
+  for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (be = 0; be < 2; be++)
+      for (th = 1; th <= 2; th++) decode_case_run(&cases[i], be ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC, th);
+}
+
 /* A sweep that fails mid-way (cmocka jumps out of it) leaves the form,
  * dtype and weights it set: put them back, so that the next test runs as
  * it says. */
@@ -740,6 +1034,9 @@ int main(void)
     cmocka_unit_test(test_kernels_int8_tcc), cmocka_unit_test(test_kernels_int8_cc),
     cmocka_unit_test(test_kernels_modifiers_tcc), cmocka_unit_test(test_kernels_modifiers_cc),
     cmocka_unit_test(test_kernels_modifiers_plain),
+    cmocka_unit_test(test_kernels_cache_tcc), cmocka_unit_test(test_kernels_cache_cc),
+    cmocka_unit_test(test_kernels_cache_no_prims_tcc), cmocka_unit_test(test_kernels_cache_plain),
+    cmocka_unit_test(test_kernels_cache_decode_equals_one_pass),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
