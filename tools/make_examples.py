@@ -150,18 +150,21 @@ def af_msa_row():
 
 
 # --------------------------------------------------------------------------
-# 2. Llama-style GQA causal self-attention (Hugging Face names), decoding
+# 2. Llama-style GQA self-attention with RoPE (Hugging Face names), decoding
 # --------------------------------------------------------------------------
 
 def gpt_decode():
     """transformers' LlamaAttention with attention_bias=True (biases on
-    q_proj, k_proj, v_proj and o_proj), 4 heads sharing 2 kv heads, and no
-    rotary embedding (apply_rotary_pos_emb left out: the spec language has
-    none).  expected is the full-sequence causal output for all N tokens;
-    the example checks the prompt rows with a full kernel and every later
-    row with a decode step over a KV cache."""
+    q_proj, k_proj, v_proj and o_proj), 4 heads sharing 2 kv heads and
+    rotary embeddings (rope_theta 10000, rotate_half), run the way
+    generate() runs it: the 7-token prompt in one call, then one token per
+    call, with a DynamicCache-like list of k and v tensors that grows by
+    torch.cat.  expected row t is the output for token t from the call that
+    fed it.  The final cache contents (rotated keys, values; HF's layout
+    (batch, kv heads, tokens, head_dim)) are stored too."""
     gen = torch.Generator().manual_seed(2002)
     hidden, H, G, N, vocab, inter = 64, 4, 2, 12, 16, 32
+    prompt, theta = 7, 10000.0
     c = hidden // H
     ck = []
 
@@ -195,31 +198,86 @@ def gpt_decode():
     # the layer's input: hidden states of N tokens (after input_layernorm)
     x = f32(torch.randn(1, N, hidden, generator=gen))
 
-    # LlamaAttention.forward, without the rotary embedding
-    bsz, q_len = 1, N
-    q = F.linear(x, w["q"], w["bq"]).view(bsz, q_len, H, c).transpose(1, 2)   # (1, H, N, c)
-    k = F.linear(x, w["k"], w["bk"]).view(bsz, q_len, G, c).transpose(1, 2)   # (1, G, N, c)
-    v = F.linear(x, w["v"], w["bv"]).view(bsz, q_len, G, c).transpose(1, 2)
+    # LlamaRotaryEmbedding (default rope type): cos and sin at position_ids
+    inv_freq = 1.0 / (theta ** (torch.arange(0, c, 2, dtype=torch.int64).to(torch.float64) / c))
 
-    def repeat_kv(h, n_rep):  # transformers.models.llama.modeling_llama.repeat_kv
+    def rotary(position_ids):                       # (bsz, q_len) -> cos, sin (bsz, q_len, c)
+        freqs = position_ids[:, :, None].to(torch.float64) * inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+    def rotate_half(h):                             # modeling_llama.rotate_half
+        h1, h2 = h[..., : h.shape[-1] // 2], h[..., h.shape[-1] // 2:]
+        return torch.cat((-h2, h1), dim=-1)
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    def repeat_kv(h, n_rep):                        # modeling_llama.repeat_kv
         b, nkv, slen, hd = h.shape
         if n_rep == 1:
             return h
         h = h[:, :, None, :, :].expand(b, nkv, n_rep, slen, hd)
         return h.reshape(b, nkv * n_rep, slen, hd)
 
-    k, v = repeat_kv(k, H // G), repeat_kv(v, H // G)
-    causal = torch.triu(torch.full((q_len, q_len), float("-inf")), diagonal=1)
-    a = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(c) + causal
-    a = F.softmax(a, dim=-1)
-    o = torch.matmul(a, v).transpose(1, 2).reshape(bsz, q_len, H * c)
-    out = F.linear(o, w["o"], w["bo"])
+    class KVCache:                                  # DynamicCache, one layer
+        def __init__(self):
+            self.key_cache, self.value_cache = [], []
+
+        def get_seq_length(self):
+            return self.key_cache[0].shape[-2] if self.key_cache else 0
+
+        def update(self, k, v):
+            if not self.key_cache:
+                self.key_cache, self.value_cache = [k], [v]
+            else:
+                self.key_cache[0] = torch.cat([self.key_cache[0], k], dim=-2)
+                self.value_cache[0] = torch.cat([self.value_cache[0], v], dim=-2)
+            return self.key_cache[0], self.value_cache[0]
+
+    def attention(hidden_states, position_ids, past):
+        """LlamaAttention.forward with a cache; eager attention with the
+        causal mask that LlamaModel builds (query i at position past + i
+        sees keys 0 .. past + i)."""
+        bsz, q_len, _ = hidden_states.shape
+        q = F.linear(hidden_states, w["q"], w["bq"]).view(bsz, q_len, H, c).transpose(1, 2)   # (1, H, q_len, c)
+        k = F.linear(hidden_states, w["k"], w["bk"]).view(bsz, q_len, G, c).transpose(1, 2)   # (1, G, q_len, c)
+        v = F.linear(hidden_states, w["v"], w["bv"]).view(bsz, q_len, G, c).transpose(1, 2)
+        cos, sin = rotary(position_ids)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        k, v = past.update(k, v)                                                              # (1, G, kv_len, c)
+        kv_len = k.shape[-2]
+        k, v = repeat_kv(k, H // G), repeat_kv(v, H // G)
+        qpos = position_ids[0][:, None]
+        kpos = torch.arange(kv_len)[None, :]
+        causal = torch.zeros(q_len, kv_len).masked_fill(kpos > qpos, float("-inf"))
+        a = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(c) + causal
+        a = F.softmax(a, dim=-1)
+        o = torch.matmul(a, v).transpose(1, 2).reshape(bsz, q_len, H * c)
+        return F.linear(o, w["o"], w["bo"])
+
+    # the generation loop: the prompt, then one token per call
+    past, rows, t = KVCache(), [], 0
+    while t < N:
+        n = prompt if t == 0 else 1
+        past_len = past.get_seq_length()
+        position_ids = torch.arange(past_len, past_len + n)[None, :]
+        rows.append(attention(x[:, t:t + n], position_ids, past))
+        t += n
+    out = torch.cat(rows, dim=1)                                                              # (1, N, hidden)
+
+    # the same layer over all N tokens in one call gives the same rows
+    whole = attention(x, torch.arange(N)[None, :], KVCache())
+    assert torch.allclose(out, whole, rtol=0, atol=1e-12), (out - whole).abs().max()
 
     d = os.path.join(EX_DIR, "gpt_decode")
     meta = {"format": "pt", "made_by": "tools/make_examples.py"}
     write_safetensors(os.path.join(d, "checkpoint.safetensors"), ck, meta)
     write_safetensors(os.path.join(d, "inputs.safetensors"), [
-        ("x", "F32", npf32(x)), ("expected", "F32", npf32(out))], meta)
+        ("x", "F32", npf32(x)), ("expected", "F32", npf32(out)),
+        ("expected_k_cache", "F32", npf32(past.key_cache[0])),
+        ("expected_v_cache", "F32", npf32(past.value_cache[0]))], meta)
 
 
 # --------------------------------------------------------------------------
