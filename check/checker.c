@@ -92,28 +92,6 @@ struct buf {
 
 /* ---- KV caches ------------------------------------------------------------ */
 
-static int is_cache_slot(int slot)
-{
-  return slot == ATTNC_SLOT_K_CACHE || slot == ATTNC_SLOT_V_CACHE || slot == ATTNC_SLOT_K_CACHE_SCALE ||
-         slot == ATTNC_SLOT_V_CACHE_SCALE || slot == ATTNC_SLOT_CACHE_LEN;
-}
-
-/* The storage of a cache spec's k_cache and v_cache: kv_dtype, which the
- * canonical form spells out only when it differs from dtype. */
-static attnc_dtype cache_dtype(const attnc_gen *g)
-{
-  static const struct { const char *word; attnc_dtype dt; } KV[] = {
-    { "int8", ATTNC_I8 }, { "bf16", ATTNC_BF16 }, { "f16", ATTNC_F16 }, { "f32", ATTNC_F32 }, { "f64", ATTNC_F64 },
-  };
-  const char *at = strstr(g->canonical, " kv_dtype=");
-  size_t i;
-  if (!at) return g->dtype;
-  at += strlen(" kv_dtype=");
-  for (i = 0; i < sizeof KV / sizeof KV[0]; i++)
-    if (strncmp(at, KV[i].word, strlen(KV[i].word)) == 0) return KV[i].dt;
-  return g->dtype;
-}
-
 static int ref_kv_dtype(attnc_dtype dt)
 {
   switch (dt) {
@@ -386,7 +364,7 @@ static int fill_cache_slot(const attnc_gen *g, checker_inputs *in, int slot, con
   struct buf *bf = &in->bufs[slot];
   if (slot == ATTNC_SLOT_CACHE_LEN) return fill_cache_len(g, in->bufs, shape, rank, o, rng);
   if (slot == ATTNC_SLOT_K_CACHE || slot == ATTNC_SLOT_V_CACHE) {
-    if (fill(bf, cache_dtype(g), rank, shape, 1.0, 0, o->misalign, rng) != 0) return -1;
+    if (fill(bf, g->kv_dtype, rank, shape, 1.0, 0, o->misalign, rng) != 0) return -1;
   } else {
     size_t n = 1, e;
     int a;
@@ -450,7 +428,7 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
       int64_t d = sh->dim[first + i];
       shape[i] = d > 0 ? d : in->dims[-d - 1];
     }
-    if (is_cache_slot(slot)) {
+    if (attnc_slot_is_cache(slot)) {
       if (fill_cache_slot(g, in, slot, shape, rank, o, &rng) != 0) {
         attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
         checker_inputs_free(in);
@@ -724,7 +702,7 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   c_rtol = rtol;
   if (p.cache) { /* a cache stored as bf16, f16 or int8: the looser of its row and the dtype's (f32 counts as f32) */
     double n2, at2, ar2, rt2;
-    checker_bounds(cache_dtype(g), &n2, &at2, &ar2, &rt2);
+    checker_bounds(g->kv_dtype, &n2, &at2, &ar2, &rt2);
     nmse_max = fmax(nmse_max, n2);
     atol = fmax(atol, at2);
     a_rms = fmax(a_rms, ar2);
