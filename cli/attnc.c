@@ -1016,8 +1016,11 @@ static int cmd_check(struct cli *c)
          c->plain ? "plain form, " : "", r.backend == ATTNC_BACKEND_CC ? "cc" : "tcc", r.n, r.max_abs, r.max_ref, r.atol,
          r.rtol, r.nmse, r.nmse_max, r.ok ? "OK" : "MISMATCH");
   if (r.n_lse || r.n_attn)
-    printf("and %zu lse values, %zu attention weights within the same bound%s%s\n", r.n_lse, r.n_attn, r.ok ? "" : ": ",
-           r.ok ? "" : r.err.message);
+    printf("and %zu lse values, %zu attention weights within the same bound\n", r.n_lse, r.n_attn);
+  if (r.n_cache)
+    printf("and %zu cache values the run wrote, each within the bound plus one step of the stored type; "
+           "every other cache row unchanged\n", r.n_cache);
+  if (!r.ok && r.err.message[0]) printf("mismatch: %s\n", r.err.message);
   return r.ok ? 0 : 1;
 }
 
