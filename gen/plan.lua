@@ -255,7 +255,9 @@ function M.schedule(p)
   -- constant along a row, moves to m (softmax does not see it)
   k.finish = k.prims and not k.attend and not p.softcap and not p.weights_out and not (p.alibi and p.has_bias)
   -- a short query against many keys (decoding): split the keys, then combine
-  k.split = k.attend and not p.global and (not p.cache or p.kv_direct) and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
+  -- (a bf16, f16 or int8 cache: each split widens its own keys, a chunk at a time; not with
+  -- empty_rows=uniform, whose mean of v the combine would take from the widened keys)
+  k.split = k.attend and not p.global and (not p.cache or p.kv_direct or p.empty_rows ~= "uniform") and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
   -- whole batch elements, or one kv head of one, per attend item, projections included
   -- RoPE rotates q and k in a phase of its own, in row-major scratch:
   -- no path that projects inside the attend items, nor head-major k
