@@ -84,28 +84,14 @@ static void append(char *cmd, size_t cap, const char *s)
   snprintf(cmd + n, cap - n, "%s", s);
 }
 
-/* Run `attnc ARGS...` (NULL-terminated) in the work folder. */
-static void cli_run(cli_result *r, const char *const *args)
+/* Run the shell command cmd, whose stderr goes to errpath: stdout from the
+ * pipe, stderr from that file. */
+static void shell_run(cli_result *r, const char *cmd, const char *errpath)
 {
-  static char cmd[65536];
-  char errpath[PATH_MAX + 32];
   FILE *p;
   size_t n = 0, cap = 0;
-  int st, i;
+  int st;
   memset(r, 0, sizeof *r);
-  snprintf(errpath, sizeof errpath, "%s/.stderr", g_dir);
-  cmd[0] = '\0';
-  append(cmd, sizeof cmd, "cd ");
-  append_quoted(cmd, sizeof cmd, g_dir);
-  append(cmd, sizeof cmd, " && exec ");
-  append_quoted(cmd, sizeof cmd, g_attnc);
-  for (i = 0; args[i]; i++) {
-    append(cmd, sizeof cmd, " ");
-    append_quoted(cmd, sizeof cmd, args[i]);
-  }
-  append(cmd, sizeof cmd, " 2>");
-  append_quoted(cmd, sizeof cmd, errpath);
-  append(cmd, sizeof cmd, " </dev/null");
   fflush(NULL);
   p = popen(cmd, "r");
   assert_non_null(p);
@@ -127,6 +113,28 @@ static void cli_run(cli_result *r, const char *const *args)
   r->err = slurp(errpath, NULL);
   if (!r->err) r->err = strdup("");
   assert_non_null(r->err);
+}
+
+/* Run `attnc ARGS...` (NULL-terminated) in the work folder. */
+static void cli_run(cli_result *r, const char *const *args)
+{
+  static char cmd[65536];
+  char errpath[PATH_MAX + 32];
+  int i;
+  snprintf(errpath, sizeof errpath, "%s/.stderr", g_dir);
+  cmd[0] = '\0';
+  append(cmd, sizeof cmd, "cd ");
+  append_quoted(cmd, sizeof cmd, g_dir);
+  append(cmd, sizeof cmd, " && exec ");
+  append_quoted(cmd, sizeof cmd, g_attnc);
+  for (i = 0; args[i]; i++) {
+    append(cmd, sizeof cmd, " ");
+    append_quoted(cmd, sizeof cmd, args[i]);
+  }
+  append(cmd, sizeof cmd, " 2>");
+  append_quoted(cmd, sizeof cmd, errpath);
+  append(cmd, sizeof cmd, " </dev/null");
+  shell_run(r, cmd, errpath);
 }
 
 #define CLI(r, ...) cli_run(&(r), (const char *const[]){ __VA_ARGS__, NULL })
@@ -418,6 +426,24 @@ static int teardown(void **state)
   if (!g_dir[0] || getenv("ATTNC_TEST_KEEP")) return 0;
   append_quoted(cmd, sizeof cmd, g_dir);
   return system(cmd) == 0 ? 0 : -1;
+}
+
+/* `make ARGS` in the source tree, where the tests run.  Without the
+ * MAKEFLAGS of a `make test` around it, which would hand it a jobserver. */
+static void make_run(cli_result *r, const char *args)
+{
+  char cmd[2 * PATH_MAX + 256], errpath[PATH_MAX + 32], cwd[PATH_MAX];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  snprintf(errpath, sizeof errpath, "%s/.stderr", g_dir);
+  cmd[0] = '\0';
+  append(cmd, sizeof cmd, "cd ");
+  append_quoted(cmd, sizeof cmd, cwd);
+  append(cmd, sizeof cmd, " && exec env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory ");
+  append(cmd, sizeof cmd, args);
+  append(cmd, sizeof cmd, " 2>");
+  append_quoted(cmd, sizeof cmd, errpath);
+  append(cmd, sizeof cmd, " </dev/null");
+  shell_run(r, cmd, errpath);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1455,6 +1481,27 @@ static void test_cli_guard_rails(void **state)
   cli_free(&r);
 }
 
+/* One name for every example (guard rail 6): `make examples` runs the AOT
+ * example, the JIT ones and the Python one; `make example` is no second
+ * name: it fails and names `make examples`.  `-n`: nothing is built. */
+static void test_cli_make_examples(void **state)
+{
+  static const char *const want[] = { "examples/aot/check.sh", "af_msa_row", "gpt_decode", "cross_attn",
+                                      "examples/python/attn_heatmap.py" };
+  cli_result r;
+  size_t i;
+  (void)state;
+  if (access("Makefile", R_OK) != 0) fail_msg("no Makefile here: run test_cli from the source tree");
+  make_run(&r, "-n examples");
+  EXPECT_EXIT0(r, "make -n examples");
+  for (i = 0; i < sizeof want / sizeof want[0]; i++) EXPECT_HAS(r, r.out, want[i], "make examples runs every example");
+  cli_free(&r);
+  make_run(&r, "example");
+  EXPECT_FAIL(r, "make example");
+  EXPECT_HAS(r, r.err, "there is no 'make example': run 'make examples'", "the one name");
+  cli_free(&r);
+}
+
 /* attnc cache list | clean (guard rail 5): lists the cc kernels, deletes
  * only the files the cache writes (NAME-KEY.so, spec-KEY.idx). */
 static void test_cli_cache(void **state)
@@ -2009,6 +2056,7 @@ int main(void)
     cmocka_unit_test(test_cli_run_int8_and_bf16),
     cmocka_unit_test(test_cli_guard_rails),
     cmocka_unit_test(test_cli_cache),
+    cmocka_unit_test(test_cli_make_examples),
     cmocka_unit_test(test_cli_gen_name),
     cmocka_unit_test(test_cli_show_plain),
     cmocka_unit_test(test_cli_plain_gen_run_check),
