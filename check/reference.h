@@ -64,6 +64,10 @@ long ref_weights_shape(const ref_problem *p, int *rank, long *shape);
 /* Shape of lse: (batch axes..., H, Sq), Sq = 1 for global; returns the
  * element count. */
 long ref_lse_shape(const ref_problem *p, int *rank, long *shape);
+/* vis[...] = 1 where query i may see key j by the mask, causal and window,
+ * else 0, in the weights' shape (ref_weights_shape); only t->mask is read.
+ * Returns the element count, or -1 on a bad problem. */
+long ref_visible(const ref_problem *p, const ref_tensors *t, unsigned char *vis);
 /* Compute out (ref_output_shape elements).  Returns 0, or -1 on a bad problem. */
 int ref_attention(const ref_problem *p, const ref_tensors *t, double *out);
 
