@@ -65,7 +65,7 @@ struct cli {
   unsigned long seed;
   int print_name, header, json, threads, runs, plain, allow_unused, quiet;
   long warmup_ms; /* bench: warm up this long (-1: the default) */
-  long batch;     /* run --heatmap: the batch element drawn (-1: --batch not given, 0) */
+  long batch;     /* run --heatmap: the batch element drawn; -1 when --batch is not given (element 0) */
   attnc_backend backend;
 };
 
