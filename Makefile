@@ -40,7 +40,7 @@ LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 TESTS    := test_spec test_safetensors test_reference test_prims test_runtime test_kernels test_golden test_specs test_cli test_validation test_stress
 SPECS    := $(sort $(wildcard specs/*.attn))
 
-.PHONY: all deps demo test aot bench install clean example check-asan check-valgrind check-avx512-emu check-python
+.PHONY: all deps demo test aot bench install clean examples example check-asan check-valgrind check-avx512-emu check-python
 all: deps $(B)/libattnc.a $(B)/libattnc.so $(B)/attnc
 
 # ---- set-up: install the Debian packages we build against ----
@@ -170,9 +170,7 @@ test: all $(TESTS:%=$(B)/tests/%)
 	@echo "== docs/tutorial.md is current (tools/tutorial.sh)"
 	@tools/tutorial.sh $(B)/attnc | diff -u docs/tutorial.md - > /dev/null || { \
 	  echo "docs/tutorial.md is stale: run tools/tutorial.sh $(B)/attnc > docs/tutorial.md"; exit 1; }
-	@echo "== AOT example (examples/aot/check.sh)"
-	@sh examples/aot/check.sh $(B)/attnc $(B)/example
-	@echo "== examples: real-checkpoint layouts on tcc and cc (make examples)"
+	@echo "== every example: AOT, JIT on tcc and cc, Python (make examples)"
 	@$(MAKE) --no-print-directory examples
 	@echo "== install into a temporary prefix, build a program with pkg-config (make install-check)"
 	@$(MAKE) --no-print-directory install-check
@@ -302,7 +300,8 @@ demo: all
 AOT_DIR := $(B)/aot
 AOT_OBJ := $(SPECS:specs/%.attn=$(AOT_DIR)/obj/%.o)
 AOT_CFLAGS := -std=c99 -O2 -Wall -Wextra -Werror -pedantic -fPIC
-aot: $(AOT_DIR)/libattnc_kernels.a example
+aot: $(AOT_DIR)/libattnc_kernels.a $(B)/attnc
+	@$(AOT_EXAMPLE)
 $(AOT_DIR)/libattnc_kernels.a: $(AOT_OBJ)
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
@@ -337,20 +336,41 @@ install: all
 clean:
 	rm -rf $(B)
 
-# ---- the AOT example: one generated kernel, no Lua or tcc in the binary ----
-example: $(B)/attnc
-	@sh examples/aot/check.sh $(B)/attnc $(B)/example
-
-# ---- examples: JIT programs on real checkpoint layouts, each built against
-# libattnc.a and run on its folder's data with both backends (README.md in
-# each folder; the data comes from tools/make_examples.py) ----
+# ---- examples: every program in examples/, built and run (`make test`
+# runs them too).  One name for all of them: there is no `make example`.
+#   aot          one kernel generated ahead of time in a plain C program,
+#                checked with ldd and nm to need no Lua or tcc (check.sh)
+#   af_msa_row, gpt_decode, cross_attn
+#                JIT programs on real checkpoint layouts, built against
+#                libattnc.a and run on their folder's data (from
+#                tools/make_examples.py) with both backends
+#   python       attn_heatmap.py on the Python module, its output compared
+#                with attn_heatmap.txt (skipped, saying so, without numpy)
+# Every example runs even when one fails; the last line names the failures.
+AOT_EXAMPLE := sh examples/aot/check.sh $(B)/attnc $(B)/example
 EXAMPLES := af_msa_row gpt_decode cross_attn
-.PHONY: examples
-examples: $(EXAMPLES:%=$(B)/examples/%)
-	@fail=""; for e in $(EXAMPLES); do for be in tcc cc; do \
+examples: $(B)/attnc $(B)/libattnc.so $(EXAMPLES:%=$(B)/examples/%)
+	@fail=""; \
+	echo "== examples/aot (AOT: generated C, no Lua or tcc)"; \
+	$(AOT_EXAMPLE) || fail="$$fail aot"; \
+	for e in $(EXAMPLES); do for be in tcc cc; do \
+	  echo "== examples/$$e ($$be)"; \
 	  ATTNC_BACKEND=$$be ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache $(B)/examples/$$e examples/$$e || fail="$$fail $$e($$be)"; \
 	done; done; \
-	if [ -n "$$fail" ]; then echo "examples FAILED:$$fail"; exit 1; fi
+	echo "== examples/python/attn_heatmap.py"; \
+	if $(PY_OK); then \
+	  ( cd $(B)/examples && PYTHONPATH=$(CURDIR)/python ATTNC_LIB=$(CURDIR)/$(B)/libattnc.so \
+	      ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache PYTHONDONTWRITEBYTECODE=1 \
+	      $(PYTHON3) $(CURDIR)/examples/python/attn_heatmap.py heatmap.svg >attn_heatmap.out && \
+	    diff -u $(CURDIR)/examples/python/attn_heatmap.txt attn_heatmap.out && echo "python example: OK" ) || fail="$$fail python"; \
+	else \
+	  echo "python example: SKIPPED: no $(PYTHON3) with numpy; run: sudo apt-get install -y $(DEB_PY_PKGS)"; \
+	fi; \
+	if [ -n "$$fail" ]; then echo "examples FAILED:$$fail"; exit 1; fi; \
+	echo "examples: all OK"
+# not a second name: it stops and names the one that is
+example:
+	@echo "attnc: there is no 'make example': run 'make examples', which builds and runs every example (examples/aot among them)" >&2; exit 2
 $(B)/examples/%: examples/%/main.c runtime/attnc.h $(B)/libattnc.a
 	@mkdir -p $(B)/examples
 	@echo "  CC      $@"

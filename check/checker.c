@@ -761,28 +761,25 @@ done:
   return r->ok;
 }
 
-/* Attention weights of what b holds, by the float64 reference. */
-int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *rank, long *shape, attnc_error *err)
+/* The reference's problem for the tensors bound to b: bufs[slot].t is each
+ * bound tensor and .ref its float64 values (int8 weights times their
+ * scales); with mask_only, the mask's and cache_len's values alone (all that
+ * visibility reads).  The caller frees every bufs[slot].ref.  0, or -1 out of memory. */
+static int bound_problem(const attnc_gen *g, attnc_bindings *b, int mask_only, struct buf *bufs, ref_problem *p,
+                         ref_tensors *rt)
 {
-  const attnc_gen *g = attnc_kernel_gen(k);
-  struct buf bufs[ATTNC_SLOT_COUNT];
-  ref_problem p;
-  ref_tensors rt;
-  double *out = NULL, *w = NULL;
-  long nw, no, shp[REF_MAX_RANK];
-  int slot, r, rc = -1;
-  attnc_tensor shape_out;
-  memset(bufs, 0, sizeof bufs);
-  if (attnc_output_shape(b, &shape_out, err) != ATTNC_OK) return -1;
+  int slot;
+  memset(bufs, 0, ATTNC_SLOT_COUNT * sizeof *bufs);
   for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
     const attnc_tensor *t = attnc_bindings_slot(b, slot);
     size_t n = 1, i;
     int a;
     if (!g->used[slot] || !t) continue;
-    for (a = 0; a < t->rank; a++) n *= (size_t)t->shape[a];
     bufs[slot].t = *t;
+    if (mask_only && slot != ATTNC_SLOT_MASK && slot != ATTNC_SLOT_CACHE_LEN) continue; /* (a cache moves the causal rule) */
+    for (a = 0; a < t->rank; a++) n *= (size_t)t->shape[a];
     bufs[slot].ref = malloc(n * sizeof(double) + 1);
-    if (!bufs[slot].ref) goto done;
+    if (!bufs[slot].ref) return -1;
     for (i = 0; i < n; i++) {
       if (slot == ATTNC_SLOT_MASK) {
         bufs[slot].ref[i] = attnc_bindings_mask_u8(b)[i] ? 1.0 : 0.0;
@@ -799,15 +796,35 @@ int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *r
         bufs[m].ref[row * (size_t)bufs[m].t.shape[1] + c] *= bufs[slot].ref[row];
   }
   dequantise_caches(bufs);
-  if (bufs[ATTNC_SLOT_CACHE_LEN].ref && bufs[ATTNC_SLOT_X].ref) { /* one cache_len per batch element */
+  if (bufs[ATTNC_SLOT_CACHE_LEN].ref && bufs[ATTNC_SLOT_X].t.data) { /* one cache_len per batch element */
     int64_t sq;
     double *dense = malloc(batch_elements(g, &bufs[ATTNC_SLOT_X].t, &sq) * sizeof(double) + 1);
-    if (!dense) { attnc_err_set(err, ATTNC_ENOMEM, "out of memory"); goto done; }
+    if (!dense) return -1;
     dense_cache_len(g, &bufs[ATTNC_SLOT_X].t, &bufs[ATTNC_SLOT_CACHE_LEN].t, dense);
     free(bufs[ATTNC_SLOT_CACHE_LEN].ref);
     bufs[ATTNC_SLOT_CACHE_LEN].ref = dense;
   }
-  make_problem(g, bufs, &p, &rt);
+  make_problem(g, bufs, p, rt);
+  return 0;
+}
+
+/* Attention weights of what b holds, by the float64 reference. */
+int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *rank, long *shape, attnc_error *err)
+{
+  const attnc_gen *g = attnc_kernel_gen(k);
+  struct buf bufs[ATTNC_SLOT_COUNT];
+  ref_problem p;
+  ref_tensors rt;
+  double *out = NULL, *w = NULL;
+  long nw, no, shp[REF_MAX_RANK];
+  int slot, r, rc = -1;
+  attnc_tensor shape_out;
+  memset(bufs, 0, sizeof bufs);
+  if (attnc_output_shape(b, &shape_out, err) != ATTNC_OK) return -1;
+  if (bound_problem(g, b, 0, bufs, &p, &rt) != 0) {
+    attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the reference's tensors");
+    goto done;
+  }
   nw = ref_weights_shape(&p, rank, shape);
   no = ref_output_shape(&p, &r, shp);
   if (nw < 0 || no < 0) { attnc_err_set(err, ATTNC_EBIND, "the reference rejected these tensors"); goto done; }
@@ -823,5 +840,34 @@ done:
   for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) free(bufs[slot].ref);
   free(w);
   free(out);
+  return rc;
+}
+
+/* Which keys each query sees in what b holds, by the reference's rule. */
+int checker_visible(attnc_kernel *k, attnc_bindings *b, unsigned char **vis, int *rank, long *shape, attnc_error *err)
+{
+  const attnc_gen *g = attnc_kernel_gen(k);
+  struct buf bufs[ATTNC_SLOT_COUNT];
+  ref_problem p;
+  ref_tensors rt;
+  unsigned char *v = NULL;
+  long n;
+  int slot, rc = -1;
+  attnc_tensor shape_out;
+  memset(bufs, 0, sizeof bufs);
+  if (attnc_output_shape(b, &shape_out, err) != ATTNC_OK) return -1;
+  if (bound_problem(g, b, 1, bufs, &p, &rt) != 0) {
+    attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the mask");
+    goto done;
+  }
+  if ((n = ref_weights_shape(&p, rank, shape)) < 0) { attnc_err_set(err, ATTNC_EBIND, "the reference rejected these tensors"); goto done; }
+  if (!(v = malloc((size_t)n + 1))) { attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the visibility map"); goto done; }
+  if (ref_visible(&p, &rt, v) != n) { attnc_err_set(err, ATTNC_EBIND, "the reference rejected these tensors"); goto done; }
+  *vis = v;
+  v = NULL;
+  rc = 0;
+done:
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) free(bufs[slot].ref);
+  free(v);
   return rc;
 }

@@ -55,6 +55,11 @@ void checker_inputs_free(checker_inputs *in);
  * b, computed by the float64 reference; *weights is malloc'd.  0 or -1. */
 int checker_weights(attnc_kernel *k, attnc_bindings *b, double **weights, int *rank, long *shape, attnc_error *err);
 
+/* Whether query i may see key j (mask, causal, window; not the weights'
+ * values) for the tensors bound to b: 1 or 0 in the weights' shape
+ * (batch axes..., H, Sq, Sk); *vis is malloc'd.  0 or -1. */
+int checker_visible(attnc_kernel *k, attnc_bindings *b, unsigned char **vis, int *rank, long *shape, attnc_error *err);
+
 /* DESIGN.md's accuracy bounds for a kernel computing in dt (I8: weights=int8): NMSE at most
  * *nmse; each element within *atol + *a_rms * rms(reference) + *rtol * |r|. */
 void checker_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_rms, double *rtol);

@@ -774,6 +774,20 @@ long ref_weights_shape(const ref_problem *p, int *rank, long *shape)
   return n * g.Sk;
 }
 
+long ref_visible(const ref_problem *p, const ref_tensors *t, unsigned char *vis)
+{
+  geom g;
+  long bidx[REF_MAX_RANK], n = 0;
+  if (!t || !vis || resolve(p, &g) != 0 || (p->has_mask && !t->mask)) return -1;
+  for (long b = 0; b < g.nbatch; b++) {
+    batch_index(&g, b, bidx);
+    for (int h = 0; h < g.H; h++)
+      for (long i = 0; i < g.Sl; i++)
+        for (long j = 0; j < g.Sk; j++) vis[n++] = (unsigned char)key_visible(p, t, &g, bidx, i, j);
+  }
+  return n;
+}
+
 int ref_attention(const ref_problem *p, const ref_tensors *t, double *out)
 {
   geom g;

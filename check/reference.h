@@ -90,6 +90,10 @@ double ref_round_kv(int kv_dtype, double x);
  * round-half-to-even(x / scale) within -127..127; x becomes q * scale.
  * Returns the scale. */
 double ref_quantize_row(double *x, long c);
+/* vis[...] = 1 where query i may see key j by the mask, causal and window,
+ * else 0, in the weights' shape (ref_weights_shape); only t->mask is read.
+ * Returns the element count, or -1 on a bad problem. */
+long ref_visible(const ref_problem *p, const ref_tensors *t, unsigned char *vis);
 /* Compute out (ref_output_shape elements).  Returns 0, or -1 on a bad problem. */
 int ref_attention(const ref_problem *p, const ref_tensors *t, double *out);
 

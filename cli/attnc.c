@@ -66,6 +66,7 @@ struct cli {
   int print_name, header, json, threads, runs, plain, allow_unused, quiet;
   long warmup_ms; /* bench: warm up this long (-1: the default) */
   long cache_len;  /* bench: positions already filled (-1: not given) */
+  long batch;      /* run --heatmap: the batch element drawn; -1 when --batch is not given (element 0) */
   attnc_backend backend;
 };
 
@@ -119,7 +120,8 @@ static const char *help_for(const char *cmd)
            "          spec-KEY.idx); any other file in the folder is left alone\n";
   if (strcmp(cmd, "run") == 0)
     return "usage: attnc run SPEC --tensors FILE... --out FILE [--prefix P] [--dim NAME=N]...\n"
-           "                [--backend tcc|cc] [--threads N] [--plain] [--save-attn FILE] [--heatmap FILE.svg]\n"
+           "                [--backend tcc|cc] [--threads N] [--plain] [--save-attn FILE]\n"
+           "                [--heatmap FILE.svg [--batch N]]\n"
            "Binds weights and inputs by name from safetensors files (linear_q.weight, q_proj.weight,\n"
            "in_proj_weight, ...; inputs x, kv, bias, mask, q, k, v), infers named dims from the\n"
            "inputs' shapes, runs the kernel and writes the tensor `out` (and `lse`, `attn` when the\n"
@@ -147,8 +149,11 @@ static const char *help_for(const char *cmd)
            "                      silently differ from the model's\n"
            "  --save-attn FILE    write the attention weights (batch axes..., H, Sq, Sk) as the\n"
            "                      tensor `attn` (the kernel's own: weights_out)\n"
-           "  --heatmap FILE.svg  draw them, one panel per head for the first batch index, as a\n"
-           "                      standalone SVG\n";
+           "  --heatmap FILE.svg  draw them, one panel per head of one batch element, as a\n"
+           "                      standalone SVG; cells whose key the spec hides (mask, causal,\n"
+           "                      window) are hatched, apart from every weight, 0 included\n"
+           "  --batch N           the batch element --heatmap draws (default 0): row-major over\n"
+           "                      the weights' batch axes, 0 to their product - 1\n";
   if (strcmp(cmd, "check") == 0)
     return "usage: attnc check SPEC [--dim NAME=N]... [--seed N] [--backend tcc|cc] [--threads N] [--plain]\n"
            "Compiles the kernel, runs it on random weights and inputs and compares the output with\n"
@@ -297,6 +302,10 @@ static int parse_args(struct cli *c, int argc, char **argv)
     else if (strcmp(a, "--diff") == 0 && v) { c->diff = v; i++; }
     else if (strcmp(a, "--save-attn") == 0 && v) { c->save_attn = v; i++; }
     else if (strcmp(a, "--heatmap") == 0 && v) { c->heatmap = v; i++; }
+    else if (strcmp(a, "--batch") == 0 && v) {
+      if (parse_count(a, v, 0, 2147483647L, &n) != 0) return 2;
+      c->batch = n; i++;
+    }
     else if (strcmp(a, "-o") == 0 && v) { c->outdir = v; i++; }
     else if (strcmp(a, "--seed") == 0 && v) {
       if (parse_count(a, v, 0, 2147483647L, &n) != 0) return 2;
@@ -721,8 +730,11 @@ static int copy_caches(attnc_bindings *b, struct caches *cc)
 /* The attention weights as the kernel computes them (weights_out) for the
  * same tensors: from k itself when its spec has weights_out, else from the
  * spec with weights_out added (another kernel, bound to the same files).
- * *w is malloc'd (batch axes..., H, Sq, Sk). 0, or 1 (printed). */
-static int kernel_weights(struct cli *c, attnc_kernel *k, attnc_safetensors **files, double **w, int *rank, long *shape)
+ * *w is malloc'd (batch axes..., H, Sq, Sk); so is *vis when vis is not
+ * NULL: 1 where the spec lets query i see key j, by the reference's rule.
+ * 0, or 1 (printed). */
+static int kernel_weights(struct cli *c, attnc_kernel *k, attnc_safetensors **files, double **w, unsigned char **vis,
+                          int *rank, long *shape)
 {
   struct cli c2 = *c;
   char *spec2 = NULL;
@@ -758,6 +770,19 @@ static int kernel_weights(struct cli *c, attnc_kernel *k, attnc_safetensors **fi
     if (o > 0 && attnc_bind_output(b2, names[o], &t[o], &e) != ATTNC_OK) { print_error(&e); goto done; }
   }
   if (attnc_run(b2, &t[0], &e) != ATTNC_OK) { print_error(&e); goto done; }
+  if (vis) {
+    long vshape[ATTNC_MAX_RANK];
+    int vrank, same;
+    if (checker_visible(k2, b2, vis, &vrank, vshape, &e) != 0) { print_error(&e); goto done; }
+    same = vrank == t[2].rank;
+    for (i = 0; same && i < vrank; i++) same = vshape[i] == (long)t[2].shape[i];
+    if (!same) { /* the checker holds attn to the reference's shape; another would mark the wrong cells */
+      fprintf(stderr, "attnc: error: the masked cells and the attention weights differ in shape\n");
+      free(*vis);
+      *vis = NULL;
+      goto done;
+    }
+  }
   *rank = t[2].rank;
   for (i = 0; i < t[2].rank; i++) { shape[i] = (long)t[2].shape[i]; n *= (size_t)t[2].shape[i]; }
   if (!(*w = malloc(n * sizeof **w + 1))) { fprintf(stderr, "attnc: error: out of memory for the weights\n"); goto done; }
@@ -783,10 +808,14 @@ static int cmd_run(struct cli *c)
   attnc_error e;
   attnc_tensor out;
   struct caches cc;
-  int i, rc = 1;
+  double *w = NULL;           /* --save-attn, --heatmap: the weights */
+  unsigned char *vis = NULL;  /* --heatmap: which of them the spec lets through */
+  long wshape[ATTNC_MAX_RANK];
+  int i, wrank = 0, rc = 1;
   memset(&cc, 0, sizeof cc);
   if (c->nfiles == 0) return fail("run needs --tensors FILE (weights and inputs)%s", "");
   if (!c->out) return fail("run needs --out FILE%s", "");
+  if (c->batch >= 0 && !c->heatmap) return fail("--batch N picks the batch element that --heatmap draws: it needs --heatmap FILE.svg%s", "");
   if (compile_spec(c, &k)) return 1;
   b = attnc_bindings_new(k);
   memset(files, 0, sizeof files);
@@ -798,6 +827,26 @@ static int cmd_run(struct cli *c)
   }
   if (bind_inputs(c, b, files) || copy_caches(b, &cc)) goto done;
   if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  /* the weights first, so that a --batch out of range writes no file */
+  if ((c->save_attn || c->heatmap) && kernel_weights(c, k, files, &w, c->heatmap ? &vis : NULL, &wrank, wshape)) goto done;
+  if (c->heatmap && c->batch > 0) {
+    long nb = 1;
+    char shape[256];
+    for (i = 0; i < wrank - 3; i++) nb *= wshape[i];
+    if (c->batch >= nb) {
+      int64_t s64[ATTNC_MAX_RANK];
+      for (i = 0; i < wrank; i++) s64[i] = wshape[i];
+      attnc_bindings_shape_text(s64, wrank, shape, sizeof shape);
+      if (wrank == 3)
+        fprintf(stderr, "attnc: error: --batch %ld is out of range: the attention weights %s have no batch axes, so N "
+                        "can only be 0\n", c->batch, shape);
+      else
+        fprintf(stderr, "attnc: error: --batch %ld is out of range: the attention weights %s have %ld batch element%s, "
+                        "so N is 0 to %ld\n", c->batch, shape, nb, nb == 1 ? "" : "s", nb - 1);
+      rc = 2;
+      goto done;
+    }
+  }
   {
     /* every output the spec asks for goes to --out: out, lse with the key
      * lse, attn with weights_out, and a cache spec's updated caches */
@@ -863,36 +912,30 @@ static int cmd_run(struct cli *c)
     free(next_len);
     if (!out.data) goto done;
   }
-  if (c->save_attn || c->heatmap) {
-    double *w = NULL;
-    long shape[ATTNC_MAX_RANK];
-    int rank = 0;
-    if (kernel_weights(c, k, files, &w, &rank, shape)) goto done;
-    if (c->save_attn) {
-      attnc_tensor at;
-      const char *name = "attn";
-      size_t n = 1, j;
-      float *f;
-      memset(&at, 0, sizeof at);
-      at.dtype = ATTNC_F32;
-      at.rank = rank;
-      for (i = 0; i < rank; i++) { at.shape[i] = shape[i]; n *= (size_t)shape[i]; }
-      f = malloc(n * sizeof *f + 1);
-      if (!f) { free(w); fprintf(stderr, "attnc: error: out of memory for the weights\n"); goto done; }
-      for (j = 0; j < n; j++) f[j] = (float)w[j];
-      at.data = f;
-      if (attnc_st_write(c->save_attn, 1, &name, &at, &e) != ATTNC_OK) { print_error(&e); free(f); free(w); goto done; }
-      free(f);
-    }
-    if (c->heatmap && attnc_heatmap_svg(c->heatmap, w, rank, shape, attnc_canonical(k)) != 0) {
-      fprintf(stderr, "attnc: error: cannot write %s: %s\n", c->heatmap, strerror(errno));
-      free(w);
-      goto done;
-    }
-    free(w);
+  if (c->save_attn) {
+    attnc_tensor at;
+    const char *name = "attn";
+    size_t n = 1, j;
+    float *f;
+    memset(&at, 0, sizeof at);
+    at.dtype = ATTNC_F32;
+    at.rank = wrank;
+    for (i = 0; i < wrank; i++) { at.shape[i] = wshape[i]; n *= (size_t)wshape[i]; }
+    f = malloc(n * sizeof *f + 1);
+    if (!f) { fprintf(stderr, "attnc: error: out of memory for the weights\n"); goto done; }
+    for (j = 0; j < n; j++) f[j] = (float)w[j];
+    at.data = f;
+    if (attnc_st_write(c->save_attn, 1, &name, &at, &e) != ATTNC_OK) { print_error(&e); free(f); goto done; }
+    free(f);
+  }
+  if (c->heatmap && attnc_heatmap_svg(c->heatmap, w, vis, wrank, wshape, c->batch > 0 ? c->batch : 0, attnc_canonical(k)) != 0) {
+    fprintf(stderr, "attnc: error: cannot write %s: %s\n", c->heatmap, strerror(errno));
+    goto done;
   }
   rc = 0;
 done:
+  free(w);
+  free(vis);
   free(out.data);
   caches_free(&cc);
   for (i = 0; i < c->nfiles; i++) attnc_st_close(files[i]);
@@ -1347,6 +1390,7 @@ int main(int argc, char **argv)
   memset(&c, 0, sizeof c);
   c.warmup_ms = -1;
   c.cache_len = -1;
+  c.batch = -1;
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
     fputs(USAGE, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

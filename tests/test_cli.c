@@ -84,28 +84,14 @@ static void append(char *cmd, size_t cap, const char *s)
   snprintf(cmd + n, cap - n, "%s", s);
 }
 
-/* Run `attnc ARGS...` (NULL-terminated) in the work folder. */
-static void cli_run(cli_result *r, const char *const *args)
+/* Run the shell command cmd, whose stderr goes to errpath: stdout from the
+ * pipe, stderr from that file. */
+static void shell_run(cli_result *r, const char *cmd, const char *errpath)
 {
-  static char cmd[65536];
-  char errpath[PATH_MAX + 32];
   FILE *p;
   size_t n = 0, cap = 0;
-  int st, i;
+  int st;
   memset(r, 0, sizeof *r);
-  snprintf(errpath, sizeof errpath, "%s/.stderr", g_dir);
-  cmd[0] = '\0';
-  append(cmd, sizeof cmd, "cd ");
-  append_quoted(cmd, sizeof cmd, g_dir);
-  append(cmd, sizeof cmd, " && exec ");
-  append_quoted(cmd, sizeof cmd, g_attnc);
-  for (i = 0; args[i]; i++) {
-    append(cmd, sizeof cmd, " ");
-    append_quoted(cmd, sizeof cmd, args[i]);
-  }
-  append(cmd, sizeof cmd, " 2>");
-  append_quoted(cmd, sizeof cmd, errpath);
-  append(cmd, sizeof cmd, " </dev/null");
   fflush(NULL);
   p = popen(cmd, "r");
   assert_non_null(p);
@@ -127,6 +113,28 @@ static void cli_run(cli_result *r, const char *const *args)
   r->err = slurp(errpath, NULL);
   if (!r->err) r->err = strdup("");
   assert_non_null(r->err);
+}
+
+/* Run `attnc ARGS...` (NULL-terminated) in the work folder. */
+static void cli_run(cli_result *r, const char *const *args)
+{
+  static char cmd[65536];
+  char errpath[PATH_MAX + 32];
+  int i;
+  snprintf(errpath, sizeof errpath, "%s/.stderr", g_dir);
+  cmd[0] = '\0';
+  append(cmd, sizeof cmd, "cd ");
+  append_quoted(cmd, sizeof cmd, g_dir);
+  append(cmd, sizeof cmd, " && exec ");
+  append_quoted(cmd, sizeof cmd, g_attnc);
+  for (i = 0; args[i]; i++) {
+    append(cmd, sizeof cmd, " ");
+    append_quoted(cmd, sizeof cmd, args[i]);
+  }
+  append(cmd, sizeof cmd, " 2>");
+  append_quoted(cmd, sizeof cmd, errpath);
+  append(cmd, sizeof cmd, " </dev/null");
+  shell_run(r, cmd, errpath);
 }
 
 #define CLI(r, ...) cli_run(&(r), (const char *const[]){ __VA_ARGS__, NULL })
@@ -438,6 +446,24 @@ static int teardown(void **state)
   if (!g_dir[0] || getenv("ATTNC_TEST_KEEP")) return 0;
   append_quoted(cmd, sizeof cmd, g_dir);
   return system(cmd) == 0 ? 0 : -1;
+}
+
+/* `make ARGS` in the source tree, where the tests run.  Without the
+ * MAKEFLAGS of a `make test` around it, which would hand it a jobserver. */
+static void make_run(cli_result *r, const char *args)
+{
+  char cmd[2 * PATH_MAX + 256], errpath[PATH_MAX + 32], cwd[PATH_MAX];
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  snprintf(errpath, sizeof errpath, "%s/.stderr", g_dir);
+  cmd[0] = '\0';
+  append(cmd, sizeof cmd, "cd ");
+  append_quoted(cmd, sizeof cmd, cwd);
+  append(cmd, sizeof cmd, " && exec env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory ");
+  append(cmd, sizeof cmd, args);
+  append(cmd, sizeof cmd, " 2>");
+  append_quoted(cmd, sizeof cmd, errpath);
+  append(cmd, sizeof cmd, " </dev/null");
+  shell_run(r, cmd, errpath);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1235,6 +1261,172 @@ static void test_cli_run_save_attn(void **state)
   }
 }
 
+/* The fills of panel `head`'s cells in an SVG of --heatmap, row-major
+ * (they are written so), into fills[]; returns how many.  svg is the text. */
+static int heatmap_fills(const char *svg, int head, char fills[][24], int max)
+{
+  char id[32];
+  const char *p, *end;
+  int n = 0;
+  snprintf(id, sizeof id, "id=\"head%d\"", head);
+  p = strstr(svg, id);
+  if (!p) fail_msg("the heatmap has no panel %s", id);
+  end = strstr(p, "</g>");
+  assert_non_null(end);
+  while ((p = strstr(p, "<rect ")) != NULL && p < end) {
+    const char *f = strstr(p, "fill=\"");
+    size_t k;
+    p += 6;
+    if (!f || f > end) break;
+    f += 6;
+    k = strcspn(f, "\"");
+    if (k == 4 && strncmp(f, "none", 4) == 0) continue; /* the panel's frame */
+    if (n == max || k >= sizeof fills[0]) fail_msg("heatmap panel %d: more than %d cells, or a long fill", head, max);
+    memcpy(fills[n], f, k);
+    fills[n++][k] = '\0';
+  }
+  return n;
+}
+
+static char *read_svg(const char *name)
+{
+  char path[PATH_MAX + 64];
+  char *svg = slurp(wpath(path, sizeof path, name), NULL);
+  if (!svg) fail_msg("cannot read %s", path);
+  return svg;
+}
+
+#define MASKED "url(#masked)"
+
+/* --heatmap (guard rail 8): cells whose key the spec hides are hatched,
+ * apart from every weight; a visible key of weight 0 is drawn as weight 0.
+ * Causal over 3 positions with zero projections: query i gives 1/(i+1) to
+ * keys 0..i, and a pair bias of -1e9 takes key 0 from query 2 (weight
+ * exactly 0, yet visible). */
+static void test_cli_heatmap_masked(void **state)
+{
+  static const float bias[9] = { 0, 0, 0, 0, 0, 0, -1e9f, 0, 0 };
+  const char *spec = "mha x=1,3,4 heads=1 qkv_bias=false out_bias=true causal bias=1,3,3";
+  st_tensor t[8];
+  char names[8][96], fills[16][24];
+  cli_result r;
+  char *svg;
+  int n, i, j;
+  (void)state;
+  n = run_weights(t, names, "af", NULL, NULL);
+  t[n] = tens("x", X134, 3, 1, 3, 4);
+  t[n + 1] = tens("bias", bias, 3, 1, 3, 3);
+  st_write("heat_in.safetensors", t, n + 2);
+  CLI(r, "run", spec, "--tensors", "heat_in.safetensors", "--out", "heat_out.safetensors", "--heatmap", "causal.svg");
+  EXPECT_EXIT0(r, "run --heatmap on a causal spec");
+  cli_free(&r);
+  svg = read_svg("causal.svg");
+  assert_int_equal(heatmap_fills(svg, 0, fills, 16), 9);
+  for (i = 0; i < 3; i++)
+    for (j = 0; j < 3; j++) {
+      const char *fl = fills[i * 3 + j];
+      if (j > i && strcmp(fl, MASKED) != 0) fail_msg("query %d, key %d: above the diagonal, causal hides it, drawn %s", i, j, fl);
+      if (j <= i && strcmp(fl, MASKED) == 0) fail_msg("query %d, key %d: visible, drawn masked", i, j);
+    }
+  assert_string_equal(fills[2 * 3 + 0], "#440154"); /* the scale's 0: visible, weight 0 */
+  assert_string_equal(fills[0], "#fde725");         /* the scale's top: weight 1 */
+  assert_non_null(strstr(svg, "<pattern id=\"masked\""));
+  assert_non_null(strstr(strstr(svg, "id=\"legend\""), "masked"));
+  free(svg);
+}
+
+/* --heatmap --batch N draws batch element N (guard rail 8).  In the golden
+ * causal + padding case the two sequences differ in their inputs and
+ * padding: batch 1 hides its padded keys in every row, batch 0 has none. */
+static void test_cli_heatmap_batch(void **state)
+{
+  const char *spec = "mha x=B,S,16 heads=2 causal mask=key";
+  char tensors[PATH_MAX], f0[9 * 9][24], f1[9 * 9][24];
+  attnc_safetensors *in;
+  attnc_tensor mask;
+  attnc_error e;
+  cli_result r;
+  char *s0, *s1;
+  int n0, n1, i, j, padded = 0, differ = 0;
+  (void)state;
+  assert_non_null(realpath("tests/golden/mha_causal_pad_inproj.safetensors", tensors));
+  in = attnc_st_open(tensors, &e);
+  assert_non_null(in);
+  assert_int_equal(attnc_st_find(in, "mask", &mask), ATTNC_OK);
+  assert_int_equal(mask.rank, 2);
+  assert_int_equal(mask.shape[0], 2);
+  assert_int_equal(mask.shape[1], 9);
+  CLI(r, "run", spec, "--tensors", tensors, "--out", "b_out.safetensors", "--heatmap", "b0.svg");
+  EXPECT_EXIT0(r, "--heatmap (batch 0)");
+  cli_free(&r);
+  CLI(r, "run", spec, "--tensors", tensors, "--out", "b_out.safetensors", "--heatmap", "b1.svg", "--batch", "1");
+  EXPECT_EXIT0(r, "--heatmap --batch 1");
+  cli_free(&r);
+  s0 = read_svg("b0.svg");
+  s1 = read_svg("b1.svg");
+  n0 = heatmap_fills(s0, 0, f0, 81);
+  n1 = heatmap_fills(s1, 0, f1, 81);
+  assert_int_equal(n0, 81);
+  assert_int_equal(n1, 81);
+  assert_non_null(strstr(s0, "batch 0 of 2"));
+  assert_non_null(strstr(s1, "batch 1 of 2"));
+  for (i = 0; i < 9; i++)
+    for (j = 0; j < 9; j++) {
+      const int hidden0 = j > i || !((const unsigned char *)mask.data)[j];
+      const int hidden1 = j > i || !((const unsigned char *)mask.data)[9 + j];
+      padded += !((const unsigned char *)mask.data)[9 + j] && j <= i;
+      if (hidden0 != (strcmp(f0[i * 9 + j], MASKED) == 0)) fail_msg("batch 0, query %d, key %d: drawn %s", i, j, f0[i * 9 + j]);
+      if (hidden1 != (strcmp(f1[i * 9 + j], MASKED) == 0)) fail_msg("batch 1, query %d, key %d: drawn %s", i, j, f1[i * 9 + j]);
+      differ += !hidden0 && !hidden1 && strcmp(f0[i * 9 + j], f1[i * 9 + j]) != 0;
+    }
+  assert_true(padded > 0); /* the case pads batch 1 below the diagonal, where causal alone would not hide */
+  assert_true(differ > 0); /* and other inputs give other weights where both see the key */
+  attnc_st_close(in);
+  free(s0);
+  free(s1);
+}
+
+/* --batch errors (guard rail 8): out of range, not a number, negative, or
+ * without --heatmap; none writes --out. */
+static void test_cli_heatmap_bad_batch(void **state)
+{
+  const char *spec = "mha x=B,S,16 heads=2 causal mask=key";
+  char tensors[PATH_MAX], names[8][96];
+  st_tensor t[8];
+  cli_result r;
+  int n;
+  (void)state;
+  assert_non_null(realpath("tests/golden/mha_causal_pad_inproj.safetensors", tensors));
+  CLI(r, "run", spec, "--tensors", tensors, "--out", "bad_out.safetensors", "--heatmap", "bad.svg", "--batch", "2");
+  assert_int_equal(r.status, 2);
+  EXPECT_HAS(r, r.err, "attnc: error: --batch 2 is out of range: the attention weights (2, 2, 9, 9) have 2 batch elements, "
+                       "so N is 0 to 1", "names the range");
+  cli_free(&r);
+  assert_false(file_exists("bad_out.safetensors"));
+  assert_false(file_exists("bad.svg"));
+  CLI(r, "run", spec, "--tensors", tensors, "--out", "bad_out.safetensors", "--heatmap", "bad.svg", "--batch", "one");
+  assert_int_equal(r.status, 2);
+  EXPECT_HAS(r, r.err, "attnc: error: --batch needs a whole number from 0 to 2147483647, got 'one'", "not a number");
+  cli_free(&r);
+  CLI(r, "run", spec, "--tensors", tensors, "--out", "bad_out.safetensors", "--heatmap", "bad.svg", "--batch", "-1");
+  assert_int_equal(r.status, 2);
+  EXPECT_HAS(r, r.err, "got '-1'", "negative");
+  cli_free(&r);
+  CLI(r, "run", spec, "--tensors", tensors, "--out", "bad_out.safetensors", "--batch", "1");
+  assert_int_equal(r.status, 2);
+  EXPECT_HAS(r, r.err, "--batch N picks the batch element that --heatmap draws: it needs --heatmap FILE.svg", "needs --heatmap");
+  cli_free(&r);
+  assert_false(file_exists("bad_out.safetensors"));
+  n = run_weights(t, names, "af", NULL, NULL);
+  t[n] = tens("x", X134, 2, 3, 4, 0);
+  st_write("nobatch.safetensors", t, n + 1);
+  CLI(r, "run", "mha x=3,4 heads=1 qkv_bias=false out_bias=true", "--tensors", "nobatch.safetensors", "--out",
+      "bad_out.safetensors", "--heatmap", "bad.svg", "--batch", "1");
+  assert_int_equal(r.status, 2);
+  EXPECT_HAS(r, r.err, "the attention weights (1, 3, 3) have no batch axes, so N can only be 0", "no batch axes");
+  cli_free(&r);
+}
+
 /* attnc quantize: projection weights (by the end of their names, after a
  * '.', within the prefix) become I8 with an F32 NAME_scale per row, with
  * ties rounded to even and a zero row's scale 1; every other tensor is
@@ -1472,6 +1664,27 @@ static void test_cli_guard_rails(void **state)
   EXPECT_FAIL(r, "a prefix that matches nothing");
   EXPECT_HAS(r, r.err, "--prefix 'layer.1.' matches no tensor", "says the prefix matched nothing");
   EXPECT_HAS(r, r.err, "nearest first: 'layers.1.', 'layers.0.'", "lists the prefixes, nearest first");
+  cli_free(&r);
+}
+
+/* One name for every example (guard rail 6): `make examples` runs the AOT
+ * example, the JIT ones and the Python one; `make example` is no second
+ * name: it fails and names `make examples`.  `-n`: nothing is built. */
+static void test_cli_make_examples(void **state)
+{
+  static const char *const want[] = { "examples/aot/check.sh", "af_msa_row", "gpt_decode", "cross_attn",
+                                      "examples/python/attn_heatmap.py" };
+  cli_result r;
+  size_t i;
+  (void)state;
+  if (access("Makefile", R_OK) != 0) fail_msg("no Makefile here: run test_cli from the source tree");
+  make_run(&r, "-n examples");
+  EXPECT_EXIT0(r, "make -n examples");
+  for (i = 0; i < sizeof want / sizeof want[0]; i++) EXPECT_HAS(r, r.out, want[i], "make examples runs every example");
+  cli_free(&r);
+  make_run(&r, "example");
+  EXPECT_FAIL(r, "make example");
+  EXPECT_HAS(r, r.err, "there is no 'make example': run 'make examples'", "the one name");
   cli_free(&r);
 }
 
@@ -2181,12 +2394,16 @@ int main(void)
     cmocka_unit_test(test_cli_run_cache_round_trip),
     cmocka_unit_test(test_cli_bench_cache),
     cmocka_unit_test(test_cli_cache),
+    cmocka_unit_test(test_cli_make_examples),
     cmocka_unit_test(test_cli_gen_name),
     cmocka_unit_test(test_cli_show_plain),
     cmocka_unit_test(test_cli_plain_gen_run_check),
     cmocka_unit_test(test_cli_show_bytecode_equals_text),
     cmocka_unit_test(test_cli_show_diff),
     cmocka_unit_test(test_cli_run_save_attn),
+    cmocka_unit_test(test_cli_heatmap_masked),
+    cmocka_unit_test(test_cli_heatmap_batch),
+    cmocka_unit_test(test_cli_heatmap_bad_batch),
     cmocka_unit_test(test_cli_show_header),
     cmocka_unit_test(test_cli_explain),
     cmocka_unit_test(test_cli_explain_dims),

@@ -166,7 +166,8 @@ static void test_reference_empty_rows_nan(void **state)
 
 /* Core mode, one head, q = k = 0 so every visible key has the same logit,
  * v = one-hot rows: o[i][j] = 1/n if row i sees key j (of n), else 0.  This
- * reads the visibility pattern straight off the output. */
+ * reads the visibility pattern straight off the output, and ref_visible
+ * must give the same pattern. */
 static void check_pattern(int causal, int has_window, long wl, long wr, long Sq, long Sk,
                           const double *want)
 {
@@ -184,6 +185,9 @@ static void check_pattern(int causal, int has_window, long wl, long wr, long Sq,
   t.v = v;
   assert_int_equal(ref_attention(&p, &t, out), 0);
   for (long e = 0; e < Sq * Sk; e++) assert_near(out[e], want[e], TOL);
+  unsigned char vis[64];
+  assert_int_equal(ref_visible(&p, &t, vis), Sq * Sk);
+  for (long e = 0; e < Sq * Sk; e++) assert_int_equal(vis[e], want[e] != 0);
 }
 
 static void test_reference_causal_top_left(void **state)
@@ -222,6 +226,30 @@ static void test_reference_window(void **state)
   const double shifted[] = { 0, .5, .5, 0,
                              0, 0, .5, .5 };
   check_pattern(REF_CAUSAL_BOTTOM_RIGHT, 1, 1, 5, 2, 4, shifted);
+}
+
+/* ref_visible with a key mask per batch element and causal, in the
+ * weights' layout (B, H, Sq, Sk); it reads the mask and nothing else. */
+static void test_reference_visible_mask(void **state)
+{
+  (void)state;
+  long qs[] = { 2, 1, 3, 4 };
+  ref_problem p = core_problem(4, qs, qs);
+  const double mask[] = { 1, 1, 0,
+                          0, 1, 1 };
+  const unsigned char want[] = { 1, 0, 0,  1, 1, 0,  1, 1, 0,    /* batch 0: key 2 padded */
+                                 0, 0, 0,  0, 1, 0,  0, 1, 1 };  /* batch 1: key 0 padded */
+  unsigned char vis[18];
+  p.causal = REF_CAUSAL_TOP_LEFT;
+  p.has_mask = 1;
+  p.mask_rank = 2;
+  p.mask[0] = 2;
+  p.mask[1] = 3;
+  ref_tensors t = no_tensors();
+  assert_int_equal(ref_visible(&p, &t, vis), -1);   /* a mask without its tensor */
+  t.mask = mask;
+  assert_int_equal(ref_visible(&p, &t, vis), 18);
+  assert_memory_equal(vis, want, sizeof want);
 }
 
 static void test_reference_global_ungated_shape(void **state)
@@ -1558,6 +1586,7 @@ int main(void)
     cmocka_unit_test(test_reference_causal_top_left),
     cmocka_unit_test(test_reference_causal_bottom_right),
     cmocka_unit_test(test_reference_window),
+    cmocka_unit_test(test_reference_visible_mask),
     cmocka_unit_test(test_reference_global_ungated_shape),
     cmocka_unit_test(test_reference_global_by_hand),
     cmocka_unit_test(test_reference_gqa_head_mapping),
