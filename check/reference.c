@@ -779,8 +779,10 @@ long ref_visible(const ref_problem *p, const ref_tensors *t, unsigned char *vis)
   geom g;
   long bidx[REF_MAX_RANK], n = 0;
   if (!t || !vis || resolve(p, &g) != 0 || (p->has_mask && !t->mask)) return -1;
+  if (p->cache && !t->cache_len) return -1;
   for (long b = 0; b < g.nbatch; b++) {
     batch_index(&g, b, bidx);
+    if (p->cache) g.q_idx0 = (long)t->cache_len[b]; /* query i of this element has index cache_len + i */
     for (int h = 0; h < g.H; h++)
       for (long i = 0; i < g.Sl; i++)
         for (long j = 0; j < g.Sk; j++) vis[n++] = (unsigned char)key_visible(p, t, &g, bidx, i, j);

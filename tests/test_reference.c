@@ -1370,6 +1370,15 @@ static void test_reference_cache_per_sequence(void **state)
           assert_true(kc2[at] != t.k_cache[at]);
         }
       }
+  { /* visibility (the heatmap's hatching): query i of element b sees keys j <= cache_len[b] + i */
+    unsigned char vis[2 * 2 * 2 * 8]; /* (batch, H = 2, Sn, CAP) */
+    long n = 0;
+    assert_int_equal(ref_visible(&p, &t, vis), (long)sizeof vis);
+    for (long b = 0; b < 2; b++)
+      for (long h = 0; h < 2; h++)
+        for (long i = 0; i < Sn; i++)
+          for (long j = 0; j < CAP; j++) assert_int_equal(vis[n++], j <= (long)lens[b] + i);
+  }
   /* batch element 1 on its own */
   cache_problem(REF_KV_F64, 1, lens + 1, 6, &p1, &t1, &o1, &k1, &v1, &s1, &s2);
   memcpy((void *)t1.x, t.x + Sn * cin, (size_t)(Sn * cin) * sizeof(double));
