@@ -36,6 +36,8 @@
 //  1. every operator variant is first built at a tiny size with the same
 //     builder code and compared with a float64 JavaScript reference
 //     (refAttention below);
+//     The KV cache steps are also compared with attnc's own (`attnc run`,
+//     --attnc) on the same data: the output and both caches after the step;
 //  2. at full size, every variant of a case gets the same weights and
 //     inputs, and its output must agree with the first variant's and be
 //     finite and non-constant.

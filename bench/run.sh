@@ -12,6 +12,9 @@
 #   ort      node bench/ort_bench.js --threads N --cases CASE
 #            (f32 cases only: a case with a "base", issue 26's 16- and 8-bit
 #            rows, has its base's ORT time as its f32 peer)
+# A KV cache case (issue 28) has a cache_len, which attnc gets as
+# --cache-len; both peers get --attnc, the binary their tiny cache-step
+# checks compare with.
 # Then the tables (bench/report.py): the f32 suite, and the 16- and 8-bit
 # rows against their base cases.  Raw JSON lines go to
 # bench/results-latest.jsonl.
