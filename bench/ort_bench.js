@@ -36,6 +36,8 @@
 //  1. every operator variant is first built at a tiny size with the same
 //     builder code and compared with a float64 JavaScript reference
 //     (refAttention below);
+//     The KV cache steps are also compared with attnc's own (`attnc run`,
+//     --attnc) on the same data: the output and both caches after the step;
 //  2. at full size, every variant of a case gets the same weights and
 //     inputs, and its output must agree with the first variant's and be
 //     finite and non-constant.
@@ -51,7 +53,8 @@ const path = require('path');
 // ---------------------------------------------------------------- arguments
 
 function parseArgs(argv) {
-  const a = { threads: 1, cases: null, budgetMs: 2000, check: true, checkOnly: false, verbose: false };
+  const a = { threads: 1, cases: null, budgetMs: 2000, check: true, checkOnly: false, verbose: false,
+    attnc: path.join(__dirname, '..', 'build', 'attnc') };
   for (let i = 2; i < argv.length; i++) {
     const w = argv[i];
     const next = () => {
@@ -61,11 +64,12 @@ function parseArgs(argv) {
     if (w === '--threads') a.threads = parseInt(next(), 10);
     else if (w === '--cases') a.cases = next().split(',').filter(Boolean);
     else if (w === '--budget-ms') a.budgetMs = parseFloat(next());
+    else if (w === '--attnc') a.attnc = next();
     else if (w === '--no-check') a.check = false;
     else if (w === '--check-only') a.checkOnly = true;
     else if (w === '--verbose' || w === '-v') a.verbose = true;
     else if (w === '--help' || w === '-h') {
-      console.log('usage: node bench/ort_bench.js --threads N [--cases a,b] [--budget-ms MS] [--check-only] [--no-check] [--verbose]');
+      console.log('usage: node bench/ort_bench.js --threads N [--cases a,b] [--budget-ms MS] [--check-only] [--no-check] [--attnc PATH] [--verbose]');
       process.exit(0);
     } else throw new Error(`unknown argument '${w}'`);
   }
@@ -488,6 +492,161 @@ function decodeVariants(P) {
   return V;
 }
 
+// ---- KV cache steps (issue 28): a decoder layer's step over a cache ----
+// x (B,1,E) is projected (MatMul + Add: q, k, v with biases, as attnc's
+// gqa preset), GroupQueryAttention appends the new k, v rows to the caches
+// (B,G,CAP,d) at position lens[b] and attends over lens[b] + 1 keys, and
+// the output projection (MatMul + Add) follows: the whole step attnc's
+// `gqa ... cache=CAP` kernel does, in one graph.
+
+function cacheProblem(p, seed) {
+  const r = rng(seed);
+  const { B, E, H, G, d, CAP } = p;
+  const P = { ...p, lens: p.lens || new Array(B).fill(p.cache_len) };
+  const a = 1 / Math.sqrt(E);
+  P.x = uniform(r, B * E, 1);
+  P.Wq = uniform(r, E * H * d, a); // (in, out) = W^T
+  P.Wk = uniform(r, E * G * d, a);
+  P.Wv = uniform(r, E * G * d, a);
+  P.Wo = uniform(r, H * d * E, 1 / Math.sqrt(H * d));
+  P.bq = uniform(r, H * d, a);
+  P.bk = uniform(r, G * d, a);
+  P.bv = uniform(r, G * d, a);
+  P.bo = uniform(r, E, 1 / Math.sqrt(H * d));
+  // every position random, the unfilled ones too: a peer that reads past
+  // lens[b] + 1 keys gets a wrong answer
+  P.kCache = uniform(r, B * G * CAP * d, 1);
+  P.vCache = uniform(r, B * G * CAP * d, 1);
+  P.Wqkv = concatCols(E, [P.Wq, P.Wk, P.Wv], [H * d, G * d, G * d]);
+  P.bqkv = concat([P.bq, P.bk, P.bv]);
+  return P;
+}
+
+function cacheRef(P) {
+  const { B, E, H, G, d, CAP } = P;
+  const y = new Float64Array(B * E);
+  for (let b = 0; b < B; b++) {
+    const L = P.lens[b];
+    const xb = P.x.subarray(b * E, (b + 1) * E);
+    const q = Float32Array.from(refMatmul(xb, 1, E, P.Wq, H * d, P.bq)); // (1,H*d) = (1,H,1,d)
+    const kn = refMatmul(xb, 1, E, P.Wk, G * d, P.bk);
+    const vn = refMatmul(xb, 1, E, P.Wv, G * d, P.bv);
+    const k = new Float32Array(G * (L + 1) * d); // (1,G,L+1,d): the cache's first L rows, then the new one
+    const v = new Float32Array(G * (L + 1) * d);
+    for (let g = 0; g < G; g++) {
+      const src = (b * G + g) * CAP * d;
+      k.set(P.kCache.subarray(src, src + L * d), g * (L + 1) * d);
+      v.set(P.vCache.subarray(src, src + L * d), g * (L + 1) * d);
+      for (let t = 0; t < d; t++) {
+        k[(g * (L + 1) + L) * d + t] = kn[g * d + t];
+        v[(g * (L + 1) + L) * d + t] = vn[g * d + t];
+      }
+    }
+    const o = Float32Array.from(refAttention(q, k, v, 1, H, G, 1, L + 1, d, false, null));
+    y.set(refMatmul(o, 1, H * d, P.Wo, E, P.bo), b * E);
+  }
+  return y;
+}
+
+function cacheVariants(P) {
+  const { B, E, H, G, d, CAP } = P;
+  const V = [];
+  const total = Math.max(...P.lens) + 1;
+  const gqa = (g, name, q, k, v, op) => {
+    // cache buffers: the variant's own copies, which the runs write into
+    const pk = g.input('past_key', [B, G, CAP, d], Float32Array.from(P.kCache));
+    const pv = g.input('past_value', [B, G, CAP, d], Float32Array.from(P.vCache));
+    const sl = g.input('seqlens_k', [B], i32(P.lens));
+    const tl = g.input('total_sequence_length', [], i32([total]));
+    g.node('GroupQueryAttention', [q, k, v, pk, pv, sl, tl], ['o', 'present_key', 'present_value'],
+      { num_heads: H, kv_num_heads: G }, 'com.microsoft');
+    g.node('Add', [g.node('MatMul', ['o', g.init('Wo', [H * d, E], P.Wo)], 1), g.init('bo', [E], P.bo)], ['y']);
+    g.output('y', [B, 1, E]);
+    g.output('present_key', [B, G, CAP, d]);
+    g.output('present_value', [B, G, CAP, d]);
+    // present_key/value bound to the arrays fed as past_key/value: ORT's
+    // shared-buffer mode, which appends in place (see decodeVariants)
+    V.push({
+      op, graph: g, opset: 17, out: 'y', toCanon: (y) => y,
+      shared: { present_key: g.feeds.past_key, present_value: g.feeds.past_value },
+    });
+  };
+  { // three MatMul + Add, then GroupQueryAttention on separate q, k, v
+    const g = new Graph('cache_gqa');
+    const x = g.input('x', [B, 1, E], P.x);
+    const [q, k, v] = [['Wq', 'bq', H], ['Wk', 'bk', G], ['Wv', 'bv', G]].map(([w, b, n]) =>
+      g.node('Add', [g.node('MatMul', [x, g.init(w, [E, n * d], P[w])], 1), g.init(b, [n * d], P[b])], 1));
+    gqa(g, 'cache_gqa', q, k, v, 'MatMul+GroupQueryAttention(past KV, shared buffer)');
+  }
+  { // one fused MatMul + Add, GroupQueryAttention on the packed q|k|v
+    const g = new Graph('cache_gqa_packed');
+    const x = g.input('x', [B, 1, E], P.x);
+    const qkv = g.node('Add', [g.node('MatMul', [x, g.init('Wqkv', [E, (H + 2 * G) * d], P.Wqkv)], 1),
+      g.init('bqkv', [(H + 2 * G) * d], P.bqkv)], 1);
+    gqa(g, 'cache_gqa_packed', qkv, '', '', 'MatMul(QKV)+GroupQueryAttention(packed, past KV, shared buffer)');
+  }
+  return V;
+}
+
+// ---- attnc itself at the tiny size, through `attnc run` and safetensors ----
+
+function writeSafetensors(file, tensors) { // tensors: name -> [dtype, dims, typed array]
+  const header = {};
+  let off = 0;
+  for (const [name, [dtype, dims, data]] of Object.entries(tensors)) {
+    header[name] = { dtype, shape: dims, data_offsets: [off, off + data.byteLength] };
+    off += data.byteLength;
+  }
+  let h = JSON.stringify(header);
+  h += ' '.repeat((8 - (h.length % 8)) % 8);
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(h.length));
+  const parts = [len, Buffer.from(h)];
+  for (const [, , data] of Object.values(tensors)) parts.push(Buffer.from(data.buffer, data.byteOffset, data.byteLength));
+  fs.writeFileSync(file, Buffer.concat(parts));
+}
+
+function readSafetensorsF32(file) { // name -> Float32Array (F32 tensors only)
+  const buf = fs.readFileSync(file);
+  const n = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + n).toString());
+  const out = {};
+  for (const [name, t] of Object.entries(header)) {
+    if (name === '__metadata__' || t.dtype !== 'F32') continue;
+    const [a, b] = t.data_offsets;
+    out[name] = new Float32Array(buf.buffer.slice(buf.byteOffset + 8 + n + a, buf.byteOffset + 8 + n + b));
+  }
+  return out;
+}
+
+// (in, out) -> (out, in): PyTorch's Linear layout, which attnc binds
+const linearWeight = (w, nin, nout) => permute(w, [nin, nout], [1, 0]);
+
+// attnc's step on the problem: out (B,1,E) and the updated caches
+function attncCacheStep(P) {
+  const { B, E, H, G, d, CAP } = P;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'attnc-ort-check-'));
+  try {
+    const inp = path.join(dir, 'in.safetensors');
+    const outFile = path.join(dir, 'out.safetensors');
+    writeSafetensors(inp, {
+      'q_proj.weight': ['F32', [H * d, E], linearWeight(P.Wq, E, H * d)], 'q_proj.bias': ['F32', [H * d], P.bq],
+      'k_proj.weight': ['F32', [G * d, E], linearWeight(P.Wk, E, G * d)], 'k_proj.bias': ['F32', [G * d], P.bk],
+      'v_proj.weight': ['F32', [G * d, E], linearWeight(P.Wv, E, G * d)], 'v_proj.bias': ['F32', [G * d], P.bv],
+      'o_proj.weight': ['F32', [E, H * d], linearWeight(P.Wo, H * d, E)], 'o_proj.bias': ['F32', [E], P.bo],
+      x: ['F32', [B, 1, E], P.x],
+      k_cache: ['F32', [B, G, CAP, d], P.kCache], v_cache: ['F32', [B, G, CAP, d], P.vCache],
+      cache_len: ['I32', [B], i32(P.lens)],
+    });
+    const spec = `gqa x=${B},1,${E} heads=${H} kv_heads=${G} head_dim=${d} cache=${CAP}`;
+    require('child_process').execFileSync(args.attnc, ['run', spec, '--tensors', inp, '--out', outFile, '--quiet', '--threads', '1'],
+      { stdio: ['ignore', 'ignore', 'pipe'] });
+    return readSafetensorsF32(outFile);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 // ---- AlphaFold E: the worksheet's gated row attention with pair bias ----
 
 function afProblem(p, seed) {
@@ -581,6 +740,9 @@ const KINDS = {
     tiny: () => ({ B: 1, H: 4, G: 2, Sk: 6, d: 8 }) },
   alphafold: { problem: afProblem, variants: afVariants, ref: afRef,
     tiny: () => ({ N: 3, S: 5, Cin: 16, H: 2, c: 4 }) },
+  // sequences of different lengths, and a cache that is not full after the step
+  cache: { problem: cacheProblem, variants: cacheVariants, ref: cacheRef, attnc: attncCacheStep,
+    tiny: () => ({ B: 2, E: 16, H: 4, G: 2, d: 8, CAP: 8, lens: [5, 3] }) },
 };
 
 // ---------------------------------------------------------------- running
@@ -669,15 +831,37 @@ async function checkTiny(kind, c) {
   const K = KINDS[kind];
   const P = K.problem({ ...c, ...K.tiny(c) }, 7);
   const want = K.ref(P);
+  // cache cases: also attnc's own step on the same data, output and caches
+  let mine = null;
+  let mineErr = null;
+  if (K.attnc) {
+    try {
+      mine = K.attnc(P);
+    } catch (e) {
+      mineErr = `attnc run (${args.attnc}) failed: ${String(e.stderr || e.message).trim().split('\n')[0]}`;
+    }
+  }
   const ok = new Map();
   for (const v of K.variants(P)) {
     try {
+      if (mineErr) throw new Error(mineErr);
       const { sess, fetches } = await prepare(v);
       const got = v.toCanon((await runOnce(sess, v, fetches)).data);
       await sess.release();
       const err = maxRelErr(got, want);
       if (!(err <= 2e-5)) throw new Error(`differs from the float64 reference: max error ${err.toExponential(2)} of max |ref|`);
-      log(`${c.case} ${v.op}: tiny check OK (${err.toExponential(2)})`);
+      let vsAttnc = '';
+      if (mine) {
+        const e = maxRelErr(got, mine.out);
+        if (!(e <= 2e-5)) throw new Error(`differs from attnc's output: max error ${e.toExponential(2)} of max |out|`);
+        // the caches after the step: the rows neither wrote equal, the new row close
+        for (const [ort_, name] of [['present_key', 'k_cache'], ['present_value', 'v_cache']]) {
+          const ec = maxRelErr(v.shared[ort_].data, mine[name]);
+          if (!(ec <= 2e-5)) throw new Error(`its ${ort_} differs from attnc's ${name}: ${ec.toExponential(2)} of max |cache|`);
+        }
+        vsAttnc = `, against attnc ${e.toExponential(2)}`;
+      }
+      log(`${c.case} ${v.op}: tiny check OK (${err.toExponential(2)}${vsAttnc})`);
       ok.set(v.op, null);
     } catch (e) {
       ok.set(v.op, String(e.message).split('\n')[0]);

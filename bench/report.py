@@ -25,6 +25,12 @@
 # (--bf16-peak-gflops).  Where the CPU lacks a flag the case "needs"
 # (the run's "machine" line, else this machine's /proc/cpuinfo) the
 # verdict is n/a, as issue 26 says.
+#
+# A third table holds the decode steps over a KV cache ("kind": "cache",
+# issue 28): the f32 rows against their own peers ("target"), the bf16 and
+# int8 rows against attnc's f32 row, their base ("own_target"), with the
+# base's fastest peer beside them:
+#   case | cache_len | attnc ms | pytorch ms | ort ms | f32 ms | vs f32 | fastest peer | vs peer | rounds | target | met?
 # Standard library only.
 
 import argparse
@@ -75,7 +81,8 @@ def cpu_flags():
 def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
     """Issue 26's 16- and 8-bit rows: each case with a base, against its
     base (attnc's own f32 kernel) and the peers its "peers" names."""
-    narrow = [c for c in cases if "base" in c and any((c["case"], p) in res for p in ("attnc", "pytorch"))]
+    narrow = [c for c in cases if "base" in c and c.get("kind") != "cache"
+              and any((c["case"], p) in res for p in ("attnc", "pytorch"))]
     if not narrow:
         return
     notes = []
@@ -204,6 +211,107 @@ def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
         print("  " + n)
 
 
+def cache_table(cases, res, by_round):
+    """Issue 28's decode steps over a KV cache: the f32 rows against their
+    peers, the bf16 and int8 rows against attnc's f32 row (their base)."""
+    rows_c = [c for c in cases if c.get("kind") == "cache" and any((c["case"], p) in res for p in ("attnc", "pytorch", "ort"))]
+    if not rows_c:
+        return
+    labels = {c["case"]: c["label"] for c in cases}
+
+    def med(cid, peer, rnd=None):
+        if rnd is not None:
+            return by_round.get(cid, {}).get(rnd, {}).get(peer)
+        line = res.get((cid, peer))
+        return line.get("median_ms") if line and "median_ms" in line else None
+
+    def cell(cid, peer):
+        line = res.get((cid, peer))
+        if line is None:
+            return "-"
+        if "error" in line:
+            notes.append("%s %s: %s" % (labels[cid], peer, line["error"]))
+            return "error"
+        if "skipped" in line:
+            return "-"
+        return fmt_ms(line["median_ms"])
+
+    head = ["case", "cache_len", "attnc ms", "pytorch ms", "ort ms", "f32 ms", "vs f32", "fastest peer", "vs peer",
+            "rounds", "target", "met?"]
+    rows, notes = [], []
+    n_met = n_rated = 0
+    for c in rows_c:
+        cid = c["case"]
+        base = c.get("base")
+        pcid = base or cid  # whose peers: the f32 step's
+        a_ms = med(cid, "attnc")
+        f_ms = med(base, "attnc") if base else None
+        own = f_ms / a_ms if a_ms and f_ms else None
+        got = {p: med(pcid, p) for p in ("pytorch", "ort") if med(pcid, p) is not None}
+        fastest = min(got, key=got.get) if got else None
+        vs_peer = got[fastest] / a_ms if fastest and a_ms else None
+        if base and med(base, "attnc") is None:
+            notes.append("%s: its base %s has no attnc result in this run" % (c["label"], base))
+        line = res.get((cid, "attnc"))
+        if line and "error" in line:
+            notes.append("%s attnc: %s" % (c["label"], line["error"]))
+
+        own_r, peer_r = [], []
+        for rnd, meds in by_round.get(cid, {}).items():
+            a_r = meds.get("attnc")
+            if not a_r:
+                continue
+            if base and med(base, "attnc", rnd):
+                own_r.append(med(base, "attnc", rnd) / a_r)
+            pr_ = [v for v in (med(pcid, p, rnd) for p in ("pytorch", "ort")) if v is not None]
+            if pr_:
+                peer_r.append(min(pr_) / a_r)
+
+        parts, spreads = [], []
+        if "target" in c:
+            parts.append(("peer", "%gx peer" % c["target"], c["target"], vs_peer))
+            if len(peer_r) > 1:
+                spreads.append("%.2f-%.2fx" % (min(peer_r), max(peer_r)))
+        if "own_target" in c:
+            parts.append(("own f32", "%gx own f32" % c["own_target"], c["own_target"], own))
+            if len(own_r) > 1:
+                spreads.append("%.2f-%.2fx" % (min(own_r), max(own_r)))
+        if any(g is None for _, _, _, g in parts):
+            verdict = "?"
+        else:
+            missed = [name for name, _, need, g in parts if g < need]
+            verdict = "yes" if not missed else "NO (%s)" % ", ".join(missed)
+            n_rated += len(parts)
+            n_met += len(parts) - len(missed)
+            if "target" in c and len(got) < 2:
+                verdict += "*"
+                notes.append("%s*: against %s only (the other peer skipped or failed)" % (c["label"], ", ".join(got) or "no peer"))
+        for p in ("pytorch", "ort"):
+            line = res.get((cid, p))
+            if not base and line and "op" in line:
+                notes.append("%s %s: %s" % (c["label"], p, line["op"]))
+        cap = next((w.split("=", 1)[1] for w in c["spec"].split() if w.startswith("cache=")), "?")
+        rows.append([c["label"], "%s of %s" % (c.get("cache_len", "?"), cap), fmt_ms(a_ms),
+                     cell(cid, "pytorch") if not base else "-", cell(cid, "ort") if not base else "-",
+                     fmt_ms(f_ms) if base else "-", "%.2fx" % own if own is not None else "-",
+                     "%s %s" % (fmt_ms(got[fastest]), fastest) if fastest else "-",
+                     "%.2fx" % vs_peer if vs_peer is not None else "-",
+                     " / ".join(spreads) if spreads else "-",
+                     ", ".join(t for _, t, _, _ in parts), verdict])
+
+    print()
+    print("decode steps over a KV cache (issue 28):")
+    print()
+    print_table(head, rows)
+    print()
+    print("one step with cache_len of CAP positions already filled, projections included; vs f32 = attnc's f32-cache "
+          "step (f32 ms: the base row, same run) / this step; vs peer = the fastest peer / attnc (the bf16, int8 "
+          "rows: the f32 step's peers, shown beside their own targets); rounds = the lowest and highest of each "
+          "target's ratio within one round; %d of %d targets met" % (n_met, n_rated))
+    for n in notes:
+        print("  " + n)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -284,7 +392,7 @@ def main():
     near_peak = []      # cases whose target asks for over 95% of the FMA peak
     dense_only = False  # a causal case's results carry only the dense FLOP count
     for c in cases:
-        if "base" in c:  # the second table's
+        if "base" in c or c.get("kind") == "cache":  # the other tables'
             continue
         cid = c["case"]
         at, pt, ot = res.get((cid, "attnc")), res.get((cid, "pytorch")), res.get((cid, "ort"))
@@ -358,14 +466,15 @@ def main():
                      "%.2fx" % ratio if ratio is not None else "-",
                      "%.2f-%.2fx" % rr if rr else "-", target, met_cell, own, needs])
 
-    print_table(head, rows)
-    print()
-    print("ratio = fastest peer's median / attnc's median (above 1: attnc is faster); %d of %d targets met"
-          % (n_met, n_rated))
-    if round_ratios:
-        print("rounds = the lowest and highest ratio within one round (the three timed back to back)")
-    print("attnc peak = attnc's useful GFLOP/s / the FMA peak (%.0f GFLOP/s, %s); target needs = the share of that "
-          "peak attnc must reach for ratio = target (causal cases: the FLOPs of the unmasked pairs)" % (peak, "measured" if a.peak_gflops else "the issue's figure"))
+    if rows:  # BENCH_CASES may pick cache rows alone
+        print_table(head, rows)
+        print()
+        print("ratio = fastest peer's median / attnc's median (above 1: attnc is faster); %d of %d targets met"
+              % (n_met, n_rated))
+        if round_ratios:
+            print("rounds = the lowest and highest ratio within one round (the three timed back to back)")
+        print("attnc peak = attnc's useful GFLOP/s / the FMA peak (%.0f GFLOP/s, %s); target needs = the share of that "
+              "peak attnc must reach for ratio = target (causal cases: the FLOPs of the unmasked pairs)" % (peak, "measured" if a.peak_gflops else "the issue's figure"))
     if dense_only:
         notes.append("(dense): these results have no gflops_unmasked (an attnc before explain counted the unmasked "
                      "pairs), and a share of the peak from the dense count would mean nothing")
@@ -392,6 +501,7 @@ def main():
     for n in notes + footnotes:
         print("  " + n)
     narrow_table(cases, res, by_round, machine, a.bf16_peak_gflops, threads)
+    cache_table(cases, res, by_round)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@
 #   ort      node bench/ort_bench.js --threads N --cases CASE
 #            (f32 cases only: a case with a "base", issue 26's 16- and 8-bit
 #            rows, has its base's ORT time as its f32 peer)
+# A KV cache case (issue 28) has a cache_len, which attnc gets as
+# --cache-len; both peers get --attnc, the binary their tiny cache-step
+# checks compare with.
 # Then the tables (bench/report.py): the f32 suite, and the 16- and 8-bit
 # rows against their base cases.  Raw JSON lines go to
 # bench/results-latest.jsonl.
@@ -137,7 +140,7 @@ for c in cases:
         want.append(c["base"])
 for c in cases:
     if not want or c["case"] in want:
-        print("%s\t%s\t%s\t%s" % (c["case"], c["label"], c.get("base", "-"), c["spec"]))
+        print("%s\t%s\t%s\t%s\t%s" % (c["case"], c["label"], c.get("base", "-"), c.get("cache_len", "-"), c["spec"]))
 EOF
 ) || exit 2
 
@@ -150,21 +153,23 @@ err_line() { # peer message-file
 }
 
 run_case() { # writes the case's JSON lines, all three peers, to stdout
+  # a KV cache case (issue 28) times one step with CACHE_LEN positions filled
+  CL=(); [ "$CACHE_LEN" = - ] || CL=(--cache-len "$CACHE_LEN")
   # attnc: a 1-run probe (also fills the kernel cache), then enough runs
-  if "$ATTNC" bench "$SPEC" --json --backend cc --threads "$THREADS" --runs 1 </dev/null >"$TMP/probe" 2>"$TMP/err"; then
+  if "$ATTNC" bench "$SPEC" "${CL[@]}" --json --backend cc --threads "$THREADS" --runs 1 </dev/null >"$TMP/probe" 2>"$TMP/err"; then
     EST=$(json_num median_ms <"$TMP/probe")
     RUNS=$(awk -v b="$BUDGET_MS" -v e="${EST:-1}" 'BEGIN { r = int(b / (e > 0.001 ? e : 0.001)); if (r < 5) r = 5; if (r > 200) r = 200; print r }')
-    if "$ATTNC" bench "$SPEC" --json --backend cc --threads "$THREADS" --runs "$RUNS" </dev/null >"$TMP/a" 2>"$TMP/err"; then
+    if "$ATTNC" bench "$SPEC" "${CL[@]}" --json --backend cc --threads "$THREADS" --runs "$RUNS" </dev/null >"$TMP/a" 2>"$TMP/err"; then
       sed "s/^{/{\"case\": \"$ID\", \"peer\": \"attnc\", \"requested_threads\": $THREADS, /" "$TMP/a"
     else err_line attnc "$TMP/err"; fi
   else err_line attnc "$TMP/err"; fi
   grep -v '^attnc: note:' "$TMP/err" >&2
   if [ $TORCH = 1 ]; then
-    timeout 900 "$PY" bench/torch_bench.py --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null \
+    timeout 900 "$PY" bench/torch_bench.py --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" --attnc "$ATTNC" </dev/null \
       || { echo "torch_bench.py failed or timed out" >"$TMP/err"; err_line pytorch "$TMP/err"; }
   fi
   if [ $ORT = 1 ] && [ "$BASE" = - ]; then
-    timeout 900 node bench/ort_bench.js --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" </dev/null \
+    timeout 900 node bench/ort_bench.js --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" --attnc "$ATTNC" </dev/null \
       || { echo "ort_bench.js failed or timed out" >"$TMP/err"; err_line ort "$TMP/err"; }
   fi
 }
@@ -174,8 +179,8 @@ run_case() { # writes the case's JSON lines, all three peers, to stdout
 # three) and shows how far the rounds were apart.
 for ROUND in $(seq 1 "$ROUNDS"); do
   if [ $((ROUND % 2)) = 1 ]; then ORDER=$CASES; else ORDER=$(printf '%s\n' "$CASES" | tac); fi
-  while IFS=$'\t' read -r ID LABEL BASE SPEC; do
-    echo "== round $ROUND/$ROUNDS, $LABEL: $SPEC" >&2
+  while IFS=$'\t' read -r ID LABEL BASE CACHE_LEN SPEC; do
+    echo "== round $ROUND/$ROUNDS, $LABEL: $SPEC$([ "$CACHE_LEN" = - ] || echo " --cache-len $CACHE_LEN")" >&2
     run_case | sed "s/^{/{\"round\": $ROUND, /" >> "$OUT"
   done <<<"$ORDER"
 done

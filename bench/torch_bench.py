@@ -16,6 +16,15 @@
 #                against k, v (1,8,4096,128)
 #   AlphaFold E  the seed worksheet's MultiHeadAttention forward (linear
 #                q/k/v without bias, pair bias, sigmoid gate, linear_o)
+#   cache        one decode step of a Hugging Face-style layer (issue 28):
+#                q/k/v/o_proj nn.Linear, the new k, v written in place into
+#                preallocated caches at cache_len, scaled_dot_product_attention
+#                (torch 1.13: F._scaled_dot_product_attention) over the filled
+#                part with GQA by repeat_interleave or by a grouped view, and
+#                matmul-softmax-matmul on the grouped view; the fastest
+#                counts.  Each is first checked at a tiny size against
+#                `attnc run` (--attnc) on the same weights, input and caches:
+#                output and both caches after the step.
 #
 # Cases with a "base" (the 16- and 8-bit rows of issue 26) take their shapes
 # from the base case and build the peer their "pytorch" field names:
@@ -62,6 +71,8 @@ def parse_args():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cases", default="", help="comma-separated case ids (default: all)")
     ap.add_argument("--budget-ms", type=float, default=2000.0, help="timed runs per case fill about this much time")
+    ap.add_argument("--attnc", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "attnc"),
+                    help="the attnc binary the cache cases are checked against (attnc run)")
     ap.add_argument("--verbose", "-v", action="store_true")
     a = ap.parse_args()
     if a.threads < 1:
@@ -208,6 +219,157 @@ def build_alphafold(c, dt):
     return "seed MultiHeadAttention.forward", run
 
 
+# ------------------------------------------------------- KV cache steps
+
+def sdpa():
+    """torch.nn.functional.scaled_dot_product_attention (torch 2.0 on), else
+    torch 1.13's F._scaled_dot_product_attention, the same function before it
+    was public (it returns (out, weights)); None without either."""
+    import torch.nn.functional as F
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention, "F.scaled_dot_product_attention"
+    if hasattr(F, "_scaled_dot_product_attention"):
+        return (lambda q, k, v: F._scaled_dot_product_attention(q, k, v)[0]), "F._scaled_dot_product_attention"
+    return None, None
+
+
+class CacheDecoderAttention(nn.Module):
+    """A Hugging Face-style attention layer stepping over a KV cache: q, k,
+    v and o_proj nn.Linear with biases (attnc's gqa preset), the new k and
+    v rows written in place into preallocated caches (B, G, CAP, d) at
+    cache_len, attention over the cache_len + S filled positions, o_proj.
+    gqa: "repeat" gives each query head its kv head by repeat_interleave
+    (HF's repeat_kv copies the same way); "grouped" views the H/G query
+    heads of a kv head as rows against it, which copies nothing and is
+    exact for one new row (S = 1: no causal mask among new rows).
+    attend: "sdpa" or "matmul" (matmul, softmax, matmul)."""
+
+    def __init__(self, E, H, G, d, gqa, attend):
+        super().__init__()
+        self.H, self.G, self.d, self.gqa = H, G, d, gqa
+        self.q_proj = nn.Linear(E, H * d)
+        self.k_proj = nn.Linear(E, G * d)
+        self.v_proj = nn.Linear(E, G * d)
+        self.o_proj = nn.Linear(H * d, E)
+        if attend == "sdpa":
+            self.attend = sdpa()[0]
+        else:
+            scale = 1 / math.sqrt(d)
+            self.attend = lambda q, k, v: torch.matmul(torch.softmax(torch.matmul(q * scale, k.transpose(-1, -2)), dim=-1), v)
+
+    def forward(self, x, k_cache, v_cache, cache_len):
+        B, S, _ = x.shape
+        H, G, d = self.H, self.G, self.d
+        q = self.q_proj(x).view(B, S, H, d).transpose(1, 2)
+        k = self.k_proj(x).view(B, S, G, d).transpose(1, 2)
+        v = self.v_proj(x).view(B, S, G, d).transpose(1, 2)
+        end = cache_len + S
+        k_cache[:, :, cache_len:end] = k
+        v_cache[:, :, cache_len:end] = v
+        k_all, v_all = k_cache[:, :, :end], v_cache[:, :, :end]
+        if self.gqa == "repeat":
+            o = self.attend(q, k_all.repeat_interleave(H // G, dim=1), v_all.repeat_interleave(H // G, dim=1))
+        else:
+            assert S == 1, "the grouped view is exact for one new row only"
+            o = self.attend(q.reshape(B, G, H // G, d), k_all, v_all).view(B, H, S, d)
+        return self.o_proj(o.transpose(1, 2).reshape(B, S, H * d))
+
+
+CACHE_VARIANTS = (("repeat", "sdpa"), ("grouped", "sdpa"), ("grouped", "matmul"))
+
+
+def cache_op_name(gqa, attend):
+    how = {"repeat": "GQA by repeat_interleave", "grouped": "GQA by a grouped view"}[gqa]
+    what = (sdpa()[1] or "scaled_dot_product_attention") if attend == "sdpa" else "matmul-softmax-matmul"
+    return "HF-style layer, in-place cache, %s, %s" % (what, how)
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> float32 or int32 torch tensor (CPU, contiguous)."""
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        b = t.detach().contiguous().numpy().tobytes()
+        header[name] = {"dtype": {torch.float32: "F32", torch.int32: "I32"}[t.dtype],
+                        "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors_f32(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    out = {}
+    for name, t in json.loads(raw[8:8 + n]).items():
+        if name != "__metadata__" and t["dtype"] == "F32":
+            a, b = t["data_offsets"]
+            out[name] = torch.frombuffer(bytearray(raw[8 + n + a:8 + n + b]), dtype=torch.float32).view(t["shape"])
+    return out
+
+
+def check_cache_tiny(gqa, attend):
+    """The layer at a tiny size against attnc's own step (attnc run) on the
+    same weights, input and caches: the output and both caches after the
+    step. None when they agree, else why not."""
+    import subprocess
+    B, E, H, G, d, CAP, L = 2, 16, 4, 2, 8, 8, 5
+    m = CacheDecoderAttention(E, H, G, d, gqa, attend).eval()
+    x = torch.rand(B, 1, E) * 2 - 1
+    kc, vc = torch.rand(B, G, CAP, d) * 2 - 1, torch.rand(B, G, CAP, d) * 2 - 1
+    with tempfile.TemporaryDirectory() as tmp:
+        inp, outp = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
+        t = {k: v for k, v in m.state_dict().items()}
+        t.update(x=x, k_cache=kc, v_cache=vc, cache_len=torch.full((B,), L, dtype=torch.int32))
+        write_safetensors(inp, t)
+        spec = "gqa x=%d,1,%d heads=%d kv_heads=%d head_dim=%d cache=%d" % (B, E, H, G, d, CAP)
+        r = subprocess.run([ARGS.attnc, "run", spec, "--tensors", inp, "--out", outp, "--quiet", "--threads", "1"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if r.returncode != 0:
+            return "attnc run (%s) failed: %s" % (ARGS.attnc, r.stderr.decode(errors="replace").strip().splitlines()[:1])
+        mine = read_safetensors_f32(outp)
+    out = m(x, kc, vc, L)
+    for name, got, want in (("output", out, mine["out"]), ("k cache", kc, mine["k_cache"]), ("v cache", vc, mine["v_cache"])):
+        err = ((got - want.view(got.shape)).abs().max() / want.abs().max()).item()
+        if not err <= 2e-5:
+            return "its %s differs from attnc's by %.3g of max |value|" % (name, err)
+    return None
+
+
+def build_cache(c):
+    """(variants, rejected): the layer once per GQA and attention choice,
+    each checked against attnc at a tiny size first, all on the same
+    weights and caches at full size."""
+    B, E, H, G, d, CAP, L = c["B"], c["E"], c["H"], c["G"], c["d"], c["CAP"], c["cache_len"]
+    x = torch.rand(B, 1, E) * 2 - 1
+    k_cache, v_cache = torch.rand(B, G, CAP, d) * 2 - 1, torch.rand(B, G, CAP, d) * 2 - 1
+    base = None
+    variants, rejected = [], {}
+    for gqa, attend in CACHE_VARIANTS:
+        op = cache_op_name(gqa, attend)
+        if attend == "sdpa" and not sdpa()[0]:
+            rejected[op] = "this torch has no scaled_dot_product_attention"
+            continue
+        why = check_cache_tiny(gqa, attend)
+        if why:
+            rejected[op] = "tiny check: " + why
+            continue
+        m = CacheDecoderAttention(E, H, G, d, gqa, attend).eval()
+        if base is None:
+            base = m
+        else:  # the same weights for every variant
+            m.load_state_dict(base.state_dict())
+        # every run writes the same new row at L, so each starts from the same cache
+        variants.append((op, None, lambda m=m: m(x, k_cache, v_cache, L)))
+    return variants, rejected
+
+
 BUILDERS = {"full": build_full, "core": build_core, "decode": build_decode, "alphafold": build_alphafold}
 
 
@@ -329,10 +491,14 @@ def bench_one(c):
     """The case's JSON line."""
     kind = c.get("pytorch", "f32")
     head = {"case": c["case"], "peer": "pytorch"}
+    if kind == "none" and c["kind"] == "cache":
+        return dict(head, skipped="no PyTorch peer of its own: its target is against attnc's f32 step (%s)" % c["base"])
     if kind == "none":
         return dict(head, skipped="no PyTorch peer for dtype=%s (torch 1.13's CPU has no Half matmul)" % c.get("dtype"))
     with torch.inference_mode():
-        if kind == "int8":
+        if c["kind"] == "cache" and kind == "f32":
+            variants, rejected = build_cache(c)
+        elif kind == "int8":
             if c["kind"] != "full":
                 raise ValueError("the int8 peer is built for full cases only")
             variants, rejected = build_full_int8(c)
