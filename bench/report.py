@@ -78,6 +78,21 @@ def cpu_flags():
     return None
 
 
+def ratio_targets(c, vs_peer, own, peer_r, own_r):
+    """A case's ratio targets as (what, text, needed, got), got None when it
+    cannot be told, and the spread of each ratio over the rounds."""
+    parts, spreads = [], []
+    if "target" in c:
+        parts.append(("peer", "%gx peer" % c["target"], c["target"], vs_peer))
+        if len(peer_r) > 1:
+            spreads.append("%.2f-%.2fx" % (min(peer_r), max(peer_r)))
+    if "own_target" in c:
+        parts.append(("own f32", "%gx own f32" % c["own_target"], c["own_target"], own))
+        if len(own_r) > 1:
+            spreads.append("%.2f-%.2fx" % (min(own_r), max(own_r)))
+    return parts, spreads
+
+
 def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
     """Issue 26's 16- and 8-bit rows: each case with a base, against its
     base (attnc's own f32 kernel) and the peers its "peers" names."""
@@ -138,15 +153,7 @@ def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
                 peer_r.append(min(pr_) / a_r)
 
         # targets: (what, needed, got) with got None when it cannot be told
-        parts, spreads = [], []
-        if "target" in c:
-            parts.append(("peer", "%gx peer" % c["target"], c["target"], vs_peer))
-            if len(peer_r) > 1:
-                spreads.append("%.2f-%.2fx" % (min(peer_r), max(peer_r)))
-        if "own_target" in c:
-            parts.append(("own f32", "%gx own f32" % c["own_target"], c["own_target"], own))
-            if len(own_r) > 1:
-                spreads.append("%.2f-%.2fx" % (min(own_r), max(own_r)))
+        parts, spreads = ratio_targets(c, vs_peer, own, peer_r, own_r)
         if "bf16_peak_fraction" in c:
             at = res.get((cid, "attnc"))
             share = at["gflops"] / bf16_peak if at and "gflops" in at and bf16_peak else None
@@ -267,15 +274,7 @@ def cache_table(cases, res, by_round):
             if pr_:
                 peer_r.append(min(pr_) / a_r)
 
-        parts, spreads = [], []
-        if "target" in c:
-            parts.append(("peer", "%gx peer" % c["target"], c["target"], vs_peer))
-            if len(peer_r) > 1:
-                spreads.append("%.2f-%.2fx" % (min(peer_r), max(peer_r)))
-        if "own_target" in c:
-            parts.append(("own f32", "%gx own f32" % c["own_target"], c["own_target"], own))
-            if len(own_r) > 1:
-                spreads.append("%.2f-%.2fx" % (min(own_r), max(own_r)))
+        parts, spreads = ratio_targets(c, vs_peer, own, peer_r, own_r)
         if any(g is None for _, _, _, g in parts):
             verdict = "?"
         else:

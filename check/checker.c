@@ -612,6 +612,18 @@ static void compare_caches(const checker_inputs *in, int64_t sq, const double *c
   }
 }
 
+/* Widen the bounds (NMSE, atol, rms share, rtol) to the looser of theirs
+ * and dtype d's row (DESIGN.md's table). */
+static void loosen_to(attnc_dtype d, double *nmse, double *atol, double *a_rms, double *rtol)
+{
+  double n2, at2, ar2, rt2;
+  checker_bounds(d, &n2, &at2, &ar2, &rt2);
+  *nmse = fmax(*nmse, n2);
+  *atol = fmax(*atol, at2);
+  *a_rms = fmax(*a_rms, ar2);
+  *rtol = fmax(*rtol, rt2);
+}
+
 int checker_run(const char *spec, const checker_opts *o, checker_result *r)
 {
   attnc_options ko;
@@ -689,25 +701,13 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     goto done;
   }
   checker_bounds(g->dtype, &nmse_max, &atol, &a_rms, &rtol);
-  if (g->wdtype != g->dtype) { /* weights stored otherwise: the looser of the two rows */
-    double n2, at2, ar2, rt2;
-    checker_bounds(g->wdtype, &n2, &at2, &ar2, &rt2);
-    nmse_max = fmax(nmse_max, n2);
-    atol = fmax(atol, at2);
-    a_rms = fmax(a_rms, ar2);
-    rtol = fmax(rtol, rt2);
-  }
+  if (g->wdtype != g->dtype) /* weights stored otherwise: the looser of the two rows */
+    loosen_to(g->wdtype, &nmse_max, &atol, &a_rms, &rtol);
   c_atol = atol; /* the new cache rows are computed within these; compare_caches adds their rounding */
   c_arms = a_rms;
   c_rtol = rtol;
-  if (p.cache) { /* a cache stored as bf16, f16 or int8: the looser of its row and the dtype's (f32 counts as f32) */
-    double n2, at2, ar2, rt2;
-    checker_bounds(g->kv_dtype, &n2, &at2, &ar2, &rt2);
-    nmse_max = fmax(nmse_max, n2);
-    atol = fmax(atol, at2);
-    a_rms = fmax(a_rms, ar2);
-    rtol = fmax(rtol, rt2);
-  }
+  if (p.cache) /* a cache stored as bf16, f16 or int8: the looser of its row and the dtype's (f32 counts as f32) */
+    loosen_to(g->kv_dtype, &nmse_max, &atol, &a_rms, &rtol);
   for (j = 0; j < n; j++)
     if (!isnan(ref_out[j])) {
       sum_r2 += ref_out[j] * ref_out[j];
