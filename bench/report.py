@@ -78,6 +78,24 @@ def cpu_flags():
     return None
 
 
+def median_of(res, by_round, cid, peer, rnd=None):
+    """A peer's median on a case: its best round's, or round rnd's."""
+    if rnd is not None:
+        return by_round.get(cid, {}).get(rnd, {}).get(peer)
+    line = res.get((cid, peer))
+    return line.get("median_ms") if line and "median_ms" in line else None
+
+
+def own_ratios(by_round, cid, base):
+    """attnc's base case / this case, within each round both ran in."""
+    rr = []
+    for rnd, meds in by_round.get(cid, {}).items():
+        a_r, f_r = meds.get("attnc"), by_round.get(base, {}).get(rnd, {}).get("attnc")
+        if a_r and f_r:
+            rr.append(f_r / a_r)
+    return rr
+
+
 def ratio_targets(c, vs_peer, own, peer_r, own_r):
     """A case's ratio targets as (what, text, needed, got), got None when it
     cannot be told, and the spread of each ratio over the rounds."""
@@ -91,6 +109,26 @@ def ratio_targets(c, vs_peer, own, peer_r, own_r):
         if len(own_r) > 1:
             spreads.append("%.2f-%.2fx" % (min(own_r), max(own_r)))
     return parts, spreads
+
+
+def judge(parts):
+    """The met? cell of a row's targets (each met when got >= needed), and
+    how many of them were rated and met; "?" when a ratio is missing."""
+    if any(g is None for _, _, _, g in parts):
+        return "?", 0, 0
+    missed = [name for name, _, need, g in parts if g < need]
+    return ("yes" if not missed else "NO (%s)" % ", ".join(missed)), len(parts), len(parts) - len(missed)
+
+
+def print_section(title, head, rows, legend, notes):
+    print()
+    print(title + ":")
+    print()
+    print_table(head, rows)
+    print()
+    print(legend)
+    for n in notes:
+        print("  " + n)
 
 
 def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
@@ -110,16 +148,13 @@ def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
                      if flags is not None else "CPU flags unknown: no verdicts")
 
     def ms(cid, peer):
-        line = res.get((cid, peer))
-        return line.get("median_ms") if line and "median_ms" in line else None
+        return median_of(res, by_round, cid, peer)
 
     def peer_ms(c, name, rnd=None):
         """A peer's median: the best round's, or round rnd's."""
         cid, peer = {"pytorch_f32": (c["base"], "pytorch"), "ort_f32": (c["base"], "ort"),
                      "pytorch_int8": (c["case"], "pytorch"), "pytorch_bf16": (c["case"], "pytorch")}[name]
-        if rnd is None:
-            return ms(cid, peer)
-        return by_round.get(cid, {}).get(rnd, {}).get(peer)
+        return median_of(res, by_round, cid, peer, rnd)
 
     head = ["case", "attnc ms", "f32 ms", "vs f32", "fastest peer", "vs peer", "pytorch", "rounds", "target", "met?"]
     rows = []
@@ -140,14 +175,11 @@ def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
         vs_peer = got[fastest] / a_ms if fastest and a_ms else None
 
         # the ratios within each round, for the ratios the targets name
-        own_r, peer_r = [], []
+        own_r, peer_r = own_ratios(by_round, cid, base), []
         for rnd, meds in by_round.get(cid, {}).items():
             a_r = meds.get("attnc")
             if not a_r:
                 continue
-            f_r = by_round.get(base, {}).get(rnd, {}).get("attnc")
-            if f_r:
-                own_r.append(f_r / a_r)
             pr_ = [v for v in (peer_ms(c, p, rnd) for p in c.get("peers", [])) if v is not None]
             if pr_:
                 peer_r.append(min(pr_) / a_r)
@@ -173,14 +205,11 @@ def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
             verdict = "?"
         elif missing:
             verdict = "n/a (no %s)" % ", ".join(FLAG_NAMES.get(f, f) for f in missing)
-        elif any(g is None for _, _, _, g in parts):
-            verdict = "?"
         else:
-            missed = [name for name, _, need, g in parts if g < need]
-            verdict = "yes" if not missed else "NO (%s)" % ", ".join(missed)
-            n_rated += 1
-            n_met += not missed
-            if "target" in c and len(got) < len(peers):
+            verdict, rated, met = judge(parts)
+            n_rated += rated
+            n_met += met
+            if rated and "target" in c and len(got) < len(peers):
                 verdict += "*"
                 notes.append("%s*: against %s only (%s skipped or failed)"
                              % (c["label"], ", ".join(got) or "no peer",
@@ -204,18 +233,12 @@ def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
                      py_cell, " / ".join(spreads) if spreads else "-",
                      ", ".join(t for _, t, _, _ in parts), verdict])
 
-    print()
-    print("16- and 8-bit kernels (issue 26):")
-    print()
-    print_table(head, rows)
-    print()
-    print("vs f32 = attnc's f32 kernel (f32 ms: the base case, same run) / this kernel; vs peer = the fastest "
-          "peer / attnc (bf16 and f16 rows: the f32 peers of the base case; int8 rows: ONNX Runtime f32 of the "
-          "base case and PyTorch dynamic int8); pytorch = PyTorch in bf16 or dynamic int8 (engine), "
-          "its ratio to attnc (bf16: beside the targets, which name the f32 peers); rounds = the lowest and "
-          "highest of each target's ratio within one round; %d of %d targets met" % (n_met, n_rated))
-    for n in notes:
-        print("  " + n)
+    print_section("16- and 8-bit kernels (issue 26)", head, rows,
+                  "vs f32 = attnc's f32 kernel (f32 ms: the base case, same run) / this kernel; vs peer = the fastest "
+                  "peer / attnc (bf16 and f16 rows: the f32 peers of the base case; int8 rows: ONNX Runtime f32 of the "
+                  "base case and PyTorch dynamic int8); pytorch = PyTorch in bf16 or dynamic int8 (engine), "
+                  "its ratio to attnc (bf16: beside the targets, which name the f32 peers); rounds = the lowest and "
+                  "highest of each target's ratio within one round; %d of %d targets met" % (n_met, n_rated), notes)
 
 
 def cache_table(cases, res, by_round):
@@ -227,10 +250,7 @@ def cache_table(cases, res, by_round):
     labels = {c["case"]: c["label"] for c in cases}
 
     def med(cid, peer, rnd=None):
-        if rnd is not None:
-            return by_round.get(cid, {}).get(rnd, {}).get(peer)
-        line = res.get((cid, peer))
-        return line.get("median_ms") if line and "median_ms" in line else None
+        return median_of(res, by_round, cid, peer, rnd)
 
     def cell(cid, peer):
         line = res.get((cid, peer))
@@ -263,28 +283,22 @@ def cache_table(cases, res, by_round):
         if line and "error" in line:
             notes.append("%s attnc: %s" % (c["label"], line["error"]))
 
-        own_r, peer_r = [], []
+        own_r, peer_r = own_ratios(by_round, cid, base) if base else [], []
         for rnd, meds in by_round.get(cid, {}).items():
             a_r = meds.get("attnc")
             if not a_r:
                 continue
-            if base and med(base, "attnc", rnd):
-                own_r.append(med(base, "attnc", rnd) / a_r)
             pr_ = [v for v in (med(pcid, p, rnd) for p in ("pytorch", "ort")) if v is not None]
             if pr_:
                 peer_r.append(min(pr_) / a_r)
 
         parts, spreads = ratio_targets(c, vs_peer, own, peer_r, own_r)
-        if any(g is None for _, _, _, g in parts):
-            verdict = "?"
-        else:
-            missed = [name for name, _, need, g in parts if g < need]
-            verdict = "yes" if not missed else "NO (%s)" % ", ".join(missed)
-            n_rated += len(parts)
-            n_met += len(parts) - len(missed)
-            if "target" in c and len(got) < 2:
-                verdict += "*"
-                notes.append("%s*: against %s only (the other peer skipped or failed)" % (c["label"], ", ".join(got) or "no peer"))
+        verdict, rated, met = judge(parts)
+        n_rated += rated
+        n_met += met
+        if rated and "target" in c and len(got) < 2:
+            verdict += "*"
+            notes.append("%s*: against %s only (the other peer skipped or failed)" % (c["label"], ", ".join(got) or "no peer"))
         for p in ("pytorch", "ort"):
             line = res.get((cid, p))
             if not base and line and "op" in line:
@@ -298,17 +312,11 @@ def cache_table(cases, res, by_round):
                      " / ".join(spreads) if spreads else "-",
                      ", ".join(t for _, t, _, _ in parts), verdict])
 
-    print()
-    print("decode steps over a KV cache (issue 28):")
-    print()
-    print_table(head, rows)
-    print()
-    print("one step with cache_len of CAP positions already filled, projections included; vs f32 = attnc's f32-cache "
-          "step (f32 ms: the base row, same run) / this step; vs peer = the fastest peer / attnc (the bf16, int8 "
-          "rows: the f32 step's peers, shown beside their own targets); rounds = the lowest and highest of each "
-          "target's ratio within one round; %d of %d targets met" % (n_met, n_rated))
-    for n in notes:
-        print("  " + n)
+    print_section("decode steps over a KV cache (issue 28)", head, rows,
+                  "one step with cache_len of CAP positions already filled, projections included; vs f32 = attnc's f32-cache "
+                  "step (f32 ms: the base row, same run) / this step; vs peer = the fastest peer / attnc (the bf16, int8 "
+                  "rows: the f32 step's peers, shown beside their own targets); rounds = the lowest and highest of each "
+                  "target's ratio within one round; %d of %d targets met" % (n_met, n_rated), notes)
 
 
 def main():
