@@ -31,6 +31,11 @@
 # int8 rows against attnc's f32 row, their base ("own_target"), with the
 # base's fastest peer beside them:
 #   case | cache_len | attnc ms | pytorch ms | ort ms | f32 ms | vs f32 | fastest peer | vs peer | rounds | target | met?
+# A fourth holds issue 27's overhead rows ("kind": "overhead"): attnc with
+# one key against attnc on its base, the same spec without it, and no peer:
+#   case | attnc ms | without | without ms | overhead | rounds | target | met?
+# overhead = attnc ms / without ms - 1, its target "max_overhead" (0: no
+# slower).
 # Standard library only.
 
 import argparse
@@ -51,6 +56,11 @@ def fmt_ms(x):
     if x >= 1:
         return "%.2f" % x
     return "%.3f" % x
+
+
+def fmt_pct(x):
+    """A fraction as a signed percentage, one decimal below 100%."""
+    return ("%+.1f%%" if abs(x) < 1 else "%+.0f%%") % (100 * x)
 
 
 def print_table(head, rows):
@@ -108,7 +118,23 @@ def ratio_targets(c, vs_peer, own, peer_r, own_r):
         parts.append(("own f32", "%gx own f32" % c["own_target"], c["own_target"], own))
         if len(own_r) > 1:
             spreads.append("%.2f-%.2fx" % (min(own_r), max(own_r)))
+    if "max_overhead" in c:
+        # with / without - 1 <= m is without / with >= 1 / (1 + m)
+        m = c["max_overhead"]
+        parts.append(("overhead", "at most %g%%" % (100 * m) if m else "no slower", 1 / (1 + m), own))
+        if len(own_r) > 1:
+            spreads.append("%s to %s" % (fmt_pct(1 / max(own_r) - 1), fmt_pct(1 / min(own_r) - 1)))
     return parts, spreads
+
+
+def row_notes(c, res, by_round, peers):
+    """A base-case row's remarks: its peers' errors, and a base without an
+    attnc result in this run."""
+    notes = ["%s %s: %s" % (c["label"], p, res[(c["case"], p)]["error"])
+             for p in peers if "error" in res.get((c["case"], p), {})]
+    if c.get("base") and median_of(res, by_round, c["base"], "attnc") is None:
+        notes.append("%s: its base %s has no attnc result in this run" % (c["label"], c["base"]))
+    return notes
 
 
 def judge(parts):
@@ -134,7 +160,7 @@ def print_section(title, head, rows, legend, notes):
 def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
     """Issue 26's 16- and 8-bit rows: each case with a base, against its
     base (attnc's own f32 kernel) and the peers its "peers" names."""
-    narrow = [c for c in cases if "base" in c and c.get("kind") != "cache"
+    narrow = [c for c in cases if "base" in c and c.get("kind") not in ("cache", "overhead")
               and any((c["case"], p) in res for p in ("attnc", "pytorch"))]
     if not narrow:
         return
@@ -162,12 +188,7 @@ def narrow_table(cases, res, by_round, machine, bf16_peak, threads):
     for c in narrow:
         cid, base = c["case"], c["base"]
         a_ms, f_ms = ms(cid, "attnc"), ms(base, "attnc")
-        for peer in ("attnc", "pytorch"):
-            line = res.get((cid, peer))
-            if line and "error" in line:
-                notes.append("%s %s: %s" % (c["label"], peer, line["error"]))
-        if ms(base, "attnc") is None:
-            notes.append("%s: its base %s has no attnc result in this run" % (c["label"], base))
+        notes += row_notes(c, res, by_round, ("attnc", "pytorch"))
         own = f_ms / a_ms if a_ms and f_ms else None
         peers = {p: peer_ms(c, p) for p in c.get("peers", [])}
         got = {p: v for p, v in peers.items() if v is not None}
@@ -277,11 +298,7 @@ def cache_table(cases, res, by_round):
         got = {p: med(pcid, p) for p in ("pytorch", "ort") if med(pcid, p) is not None}
         fastest = min(got, key=got.get) if got else None
         vs_peer = got[fastest] / a_ms if fastest and a_ms else None
-        if base and med(base, "attnc") is None:
-            notes.append("%s: its base %s has no attnc result in this run" % (c["label"], base))
-        line = res.get((cid, "attnc"))
-        if line and "error" in line:
-            notes.append("%s attnc: %s" % (c["label"], line["error"]))
+        notes += row_notes(c, res, by_round, ("attnc",))
 
         own_r, peer_r = own_ratios(by_round, cid, base) if base else [], []
         for rnd, meds in by_round.get(cid, {}).items():
@@ -317,6 +334,35 @@ def cache_table(cases, res, by_round):
                   "step (f32 ms: the base row, same run) / this step; vs peer = the fastest peer / attnc (the bf16, int8 "
                   "rows: the f32 step's peers, shown beside their own targets); rounds = the lowest and highest of each "
                   "target's ratio within one round; %d of %d targets met" % (n_met, n_rated), notes)
+
+
+def overhead_table(cases, res, by_round):
+    """Issue 27's overhead rows: attnc with one spec key against attnc on
+    the same spec without it (the row's base), same run; no peers."""
+    rows_o = [c for c in cases if c.get("kind") == "overhead" and (c["case"], "attnc") in res]
+    if not rows_o:
+        return
+    labels = {c["case"]: c["label"] for c in cases}
+    head = ["case", "attnc ms", "without", "without ms", "overhead", "rounds", "target", "met?"]
+    rows, notes = [], []
+    n_met = n_rated = 0
+    for c in rows_o:
+        cid, base = c["case"], c["base"]
+        a_ms, f_ms = median_of(res, by_round, cid, "attnc"), median_of(res, by_round, base, "attnc")
+        own = f_ms / a_ms if a_ms and f_ms else None
+        notes += row_notes(c, res, by_round, ("attnc",))
+        parts, spreads = ratio_targets(c, None, own, [], own_ratios(by_round, cid, base))
+        verdict, rated, met = judge(parts)
+        n_rated += rated
+        n_met += met
+        rows.append([c["label"], fmt_ms(a_ms), labels.get(base, base), fmt_ms(f_ms),
+                     fmt_pct(1 / own - 1) if own else "-",
+                     " / ".join(spreads) if spreads else "-",
+                     ", ".join(t for _, t, _, _ in parts), verdict])
+    print_section("overheads of issue 27's keys (attnc alone)", head, rows,
+                  "overhead = attnc with the key / attnc on the same spec without it (without ms: that row, same "
+                  "run) - 1; rounds = the lowest and highest overhead within one round; %d of %d targets met"
+                  % (n_met, n_rated), notes)
 
 
 def main():
@@ -509,6 +555,7 @@ def main():
         print("  " + n)
     narrow_table(cases, res, by_round, machine, a.bf16_peak_gflops, threads)
     cache_table(cases, res, by_round)
+    overhead_table(cases, res, by_round)
 
 
 if __name__ == "__main__":

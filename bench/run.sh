@@ -15,8 +15,10 @@
 # A KV cache case (issue 28) has a cache_len, which attnc gets as
 # --cache-len; both peers get --attnc, the binary their tiny cache-step
 # checks compare with.
+# An overhead row (issue 27, "kind": "overhead") is attnc alone: its
+# target is attnc over attnc on its base, the same spec without its key.
 # Then the tables (bench/report.py): the f32 suite, and the 16- and 8-bit
-# rows against their base cases.  Raw JSON lines go to
+# rows against their base cases, the cache rows, the overhead rows.  Raw JSON lines go to
 # bench/results-latest.jsonl.
 #
 # A missing peer is installed when we are root and may (Debian's
@@ -133,14 +135,15 @@ known = {c["case"] for c in cases}
 bad = [w for w in want if w not in known]
 if bad:
     sys.exit("bench: unknown case(s) %s; known: %s" % (",".join(bad), ",".join(sorted(known))))
-# a 16- or 8-bit row is judged against its base case in the same run
+# a row with a base (16/8-bit, cache, overhead) is judged against it in the same run
 for c in cases:
     if c["case"] in want and "base" in c and c["base"] not in want:
-        print("bench: adding %s, the f32 base of %s" % (c["base"], c["case"]), file=sys.stderr)
+        print("bench: adding %s, the base of %s" % (c["base"], c["case"]), file=sys.stderr)
         want.append(c["base"])
 for c in cases:
     if not want or c["case"] in want:
-        print("%s\t%s\t%s\t%s\t%s" % (c["case"], c["label"], c.get("base", "-"), c.get("cache_len", "-"), c["spec"]))
+        print("%s\t%s\t%s\t%s\t%s\t%s" % (c["case"], c["label"], c.get("base", "-"), c.get("cache_len", "-"),
+                                       c.get("kind", "-"), c["spec"]))
 EOF
 ) || exit 2
 
@@ -164,6 +167,7 @@ run_case() { # writes the case's JSON lines, all three peers, to stdout
     else err_line attnc "$TMP/err"; fi
   else err_line attnc "$TMP/err"; fi
   grep -v '^attnc: note:' "$TMP/err" >&2
+  [ "$KIND" = overhead ] && return  # attnc against attnc: no peer
   if [ $TORCH = 1 ]; then
     timeout 900 "$PY" bench/torch_bench.py --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" --attnc "$ATTNC" </dev/null \
       || { echo "torch_bench.py failed or timed out" >"$TMP/err"; err_line pytorch "$TMP/err"; }
@@ -179,7 +183,7 @@ run_case() { # writes the case's JSON lines, all three peers, to stdout
 # three) and shows how far the rounds were apart.
 for ROUND in $(seq 1 "$ROUNDS"); do
   if [ $((ROUND % 2)) = 1 ]; then ORDER=$CASES; else ORDER=$(printf '%s\n' "$CASES" | tac); fi
-  while IFS=$'\t' read -r ID LABEL BASE CACHE_LEN SPEC; do
+  while IFS=$'\t' read -r ID LABEL BASE CACHE_LEN KIND SPEC; do
     echo "== round $ROUND/$ROUNDS, $LABEL: $SPEC$([ "$CACHE_LEN" = - ] || echo " --cache-len $CACHE_LEN")" >&2
     run_case | sed "s/^{/{\"round\": $ROUND, /" >> "$OUT"
   done <<<"$ORDER"

@@ -491,6 +491,8 @@ def bench_one(c):
     """The case's JSON line."""
     kind = c.get("pytorch", "f32")
     head = {"case": c["case"], "peer": "pytorch"}
+    if c["kind"] == "overhead":
+        return dict(head, skipped="no peer: its target is attnc with the key over attnc without it (%s)" % c["base"])
     if kind == "none" and c["kind"] == "cache":
         return dict(head, skipped="no PyTorch peer of its own: its target is against attnc's f32 step (%s)" % c["base"])
     if kind == "none":
