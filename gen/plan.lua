@@ -79,7 +79,19 @@ function M.plan(s, version)
     rope = (s.rope and s.rope ~= "none") and s.rope or false,
     pe = (s.pe and s.pe ~= "none") and s.pe or false,
     rope_dim = s.rope_dim, rope_theta = s.rope_theta and sformat("%.17g", s.rope_theta) or nil,
+    train = s.train or false,
   }
+  -- dropout (DESIGN.md "Training"): key j of query i is kept iff Philox's
+  -- word j mod 4 >= floor(p * 2^32); kept probabilities are scaled by 1/(1-p)
+  if s.dropout and s.dropout > 0 then
+    p.dropout = {
+      p = require("spec").fmt_decimal(s.dropout),
+      threshold = sformat("%.0f", math.floor(s.dropout * 4294967296.0)),
+      scale = sformat("%.17g", 1 / (1 - s.dropout)),
+    }
+  else
+    p.dropout = false
+  end
   -- ALiBi slopes (DESIGN.md): n = the largest power of two <= H,
   -- m0 = 2^(-max_bias/n), m1 = 2^(-max_bias/(2n)); head h < n: m0^(h+1), else m1^(2(h-n)+1)
   if s.alibi then
@@ -247,13 +259,13 @@ function M.schedule(p)
   -- the attend primitive takes no score modifier and writes no lse yet:
   -- with any, attention runs in the C loops (the projections still use
   -- the primitives), and the paths built around the primitive are off
-  k.attend = k.prims and not (p.softcap or p.alibi or p.sinks or p.lse or p.weights_out)
+  k.attend = k.prims and not (p.softcap or p.alibi or p.sinks or p.lse or p.weights_out or p.dropout)
   -- alibi, sinks and lse alone: the attend primitive runs as for a key
   -- split (o unnormalised, with each row's max and sum) and the kernel
   -- finishes the rows: the sink joins the sum, lse = m + log l; ALiBi's
   -- key term is a bias table (slope * key position) and its query term,
   -- constant along a row, moves to m (softmax does not see it)
-  k.finish = k.prims and not k.attend and not p.softcap and not p.weights_out and not (p.alibi and p.has_bias)
+  k.finish = k.prims and not k.attend and not p.softcap and not p.weights_out and not p.dropout and not (p.alibi and p.has_bias)
   -- a short query against many keys (decoding): split the keys, then combine
   -- (a bf16, f16 or int8 cache: each split widens its own keys, a chunk at a time; not with
   -- empty_rows=uniform, whose mean of v the combine would take from the widened keys)

@@ -35,7 +35,7 @@ local KEYS = {
   empty_rows = "enum", mode = "enum", dtype = "enum", name = "ident", layout = "enum",
   weights = "enum", softcap = "float", alibi = "float", sinks = "bool", lse = "bool",
   rope = "enum", rope_dim = "int", rope_theta = "float", weights_out = "bool", pe = "enum",
-  cache = "dim", kv_dtype = "enum",
+  cache = "dim", kv_dtype = "enum", train = "bool", dropout = "float",
 }
 local ENUMS = {
   preset = { "alphafold", "mha", "mqa", "gqa" },
@@ -52,11 +52,11 @@ local ENUMS = {
   pe = { "sinusoidal", "none" },
 }
 local FLAGS = { gated = "true", global = "true", causal = "top_left", qkv_bias = "true", out_bias = "true",
-  alibi = "8", sinks = "true", lse = "true", weights_out = "true" }
+  alibi = "8", sinks = "true", lse = "true", weights_out = "true", train = "true" }
 local KEY_ORDER = {
   "preset", "mode", "x", "kv", "q", "layout", "attn_dim", "heads", "kv_heads", "head_dim", "qkv_bias",
   "out_bias", "gated", "global", "global_mean", "bias", "mask", "causal", "window", "scale",
-  "empty_rows", "pe", "rope", "rope_dim", "rope_theta", "softcap", "alibi", "sinks", "cache", "lse", "weights_out", "dtype", "weights", "kv_dtype", "name",
+  "empty_rows", "pe", "rope", "rope_dim", "rope_theta", "softcap", "alibi", "sinks", "cache", "lse", "weights_out", "train", "dropout", "dtype", "weights", "kv_dtype", "name",
 }
 M.KEY_ORDER = KEY_ORDER
 
@@ -545,6 +545,8 @@ function M.parse(text)
     if not (s.rope_theta > 1) then fail(pos("rope_theta"), "rope_theta must be greater than 1 (the angle base), got %g", s.rope_theta) end
   end
 
+  M.parse_train(s, raw, pos)
+
   if raw.name then
     s.name = raw.name.value
   end
@@ -555,6 +557,33 @@ function M.parse(text)
   s.canonical = M.canonical(s, false)
   s.dims = M.named_dims(s)
   return s
+end
+
+-- train and dropout=P (DESIGN.md "Training"): a backward pass, and dropout
+-- of the attention probabilities.  Gradients are computed in dtype, so
+-- train needs f32 or f64 tensors and weights stored as dtype; a KV cache
+-- is for decoding, where nothing is trained.
+function M.parse_train(s, raw, pos)
+  local function get(k, d) if raw[k] then return raw[k].value end return d end
+  s.train = get("train", false)
+  s.dropout = get("dropout", 0)
+  if raw.dropout and not s.train then
+    fail(raw.dropout.keypos, "dropout needs train: it drops probabilities in training only (add train, or drop dropout)")
+  end
+  if not (s.dropout >= 0 and s.dropout < 1) then
+    fail(pos("dropout"), "dropout must be a probability with 0 <= p < 1, got %g", s.dropout)
+  end
+  if not s.train then return end
+  if s.dtype ~= "f32" and s.dtype ~= "f64" then
+    fail(raw.train.keypos, "train with dtype=%s: gradients are computed in f32 or f64 (use dtype=f32, or dtype=f64)", s.dtype)
+  end
+  if s.weights and s.weights ~= s.dtype then
+    fail(raw.train.keypos, "train with weights=%s: the weights get gradients, so they are stored as dtype=%s (drop weights=%s)",
+      s.weights, s.dtype, s.weights)
+  end
+  if s.cache then
+    fail(raw.train.keypos, "train with cache: a KV cache is for decoding, which computes no gradients (drop cache, or train)")
+  end
 end
 
 -- cache=CAP and kv_dtype (DESIGN.md "Decoding with a KV cache"): full-mode
@@ -692,6 +721,8 @@ function M.canonical(s, noname)
   if s.cache then add("cache", tostring(s.cache)) end
   if s.lse then add("lse", "true") end
   if s.weights_out then add("weights_out", "true") end
+  if s.train then add("train", "true") end
+  if s.dropout and s.dropout > 0 then add("dropout", fmt_decimal(s.dropout)) end
   add("dtype", s.dtype)
   if s.weights and s.weights ~= s.dtype then add("weights", s.weights) end -- v1 canonical strings keep their form
   if s.kv_dtype and s.kv_dtype ~= s.dtype then add("kv_dtype", s.kv_dtype) end

@@ -155,6 +155,34 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err);
  * and attnc_bind_output do not take them. */
 const char *attnc_inplace_name(const attnc_kernel *k, int i, attnc_dtype *dtype);
 
+/* ---- training (spec keys train and dropout) ---- */
+/* The dropout seed of every run and backward pass of these bindings
+ * (default 0).  DESIGN.md's Philox4x32-10 counter makes the dropped
+ * probabilities depend only on the seed and (batch element, head, query,
+ * key), never on the backend, form or thread count. */
+attnc_status attnc_bindings_set_seed(attnc_bindings *b, uint64_t seed, attnc_error *err);
+uint64_t attnc_bindings_seed(const attnc_bindings *b);
+/* 1 when the kernel has a backward pass (spec key train). */
+int attnc_kernel_trains(const attnc_kernel *k);
+/* Forward and backward of a train spec, on the calling thread: writes out
+ * (and lse, attn where bound) as attnc_run does, then, from dout (the
+ * gradient of out: out's shape, any float dtype), the gradient of every
+ * differentiable tensor bound: x, kv, q, k, v, bias, sinks, each weight
+ * and projection bias (not the mask, positions, rope_freqs or caches).
+ * A broadcast bias gets the sum over the axes it was broadcast along.
+ * The bindings own the gradients: read them with attnc_grad_get; they stay
+ * valid until the next attnc_grad, a rebind, or attnc_bindings_free.
+ * ATTNC_EARG for a spec without train. */
+attnc_status attnc_grad(attnc_bindings *b, attnc_tensor *out, const attnc_tensor *dout, attnc_error *err);
+/* After attnc_grad: the names the gradients belong to, i = 0, 1, ...,
+ * exactly as the tensors were bound (in_proj_weight stays whole); NULL
+ * past the last. */
+const char *attnc_grad_name(const attnc_bindings *b, int i);
+/* The gradient of the tensor bound as name: the bound shape, the kernel's
+ * dtype (F32 or F64), data owned by the bindings.  ATTNC_EMISSING when
+ * the last attnc_grad computed none for that name. */
+attnc_status attnc_grad_get(const attnc_bindings *b, const char *name, attnc_tensor *t, attnc_error *err);
+
 /* ---- names of the kernel's tensors ---- */
 /* Number of dims the spec names (B, S, ...) and their names. */
 int attnc_dim_count(const attnc_kernel *k);

@@ -541,6 +541,8 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   g->softcap = num_field(L, sp, "softcap"); /* false when off: 0 */
   g->alibi = num_field(L, sp, "alibi");
   g->sinks = (int)int_field(L, sp, "sinks");
+  g->train = (int)int_field(L, sp, "train");
+  g->dropout = num_field(L, sp, "dropout"); /* false when off: 0 */
   s = str_field(L, sp, "rope");
   g->rope = strcmp(s, "neox") == 0 ? 1 : strcmp(s, "gptj") == 0 ? 2 : 0;
   g->rope_dim = (int)int_field(L, sp, "rope_dim");

@@ -63,6 +63,10 @@ typedef struct attnc_gen {
   int has_cache;
   attnc_dtype kv_dtype;
   int64_t cache_cap;
+  /* training (spec key train): the kernel has NAME_backward; dropout p
+   * (0 <= p < 1) drops attention probabilities, reproducibly from a seed */
+  int train;
+  double dropout;
 } attnc_gen;
 
 /* host.c: run the embedded Lua generator (plain: the plain form). */
@@ -76,6 +80,7 @@ typedef struct attnc_kernel_fns {
   long (*scratch_bytes)(const attnc_args *args, long nthreads);
   long (*phase_items)(const attnc_args *args, int phase);
   int (*phase)(const attnc_args *args, int phase, long begin, long end, long thread);
+  int (*backward)(const attnc_args *args); /* spec key train: forward again, then the gradients; else NULL */
 } attnc_kernel_fns;
 
 /* jit_tcc.c, jit_cc.c: compile generated C to a callable kernel. */

@@ -80,6 +80,12 @@ int attnc_jit_find_fns(const attnc_gen *g, void *(*get)(void *, const char *), v
   char sym[160];
   snprintf(sym, sizeof sym, "%s_run", g->name);
   *(void **)&fns->run = get(h, sym);
+  fns->backward = NULL;
+  if (g->train) { /* spec key train: both forms have NAME_backward */
+    snprintf(sym, sizeof sym, "%s_backward", g->name);
+    *(void **)&fns->backward = get(h, sym);
+    if (!fns->backward) return 0;
+  }
   if (g->plain) return fns->run != NULL; /* the plain form has no phases */
   snprintf(sym, sizeof sym, "%s_scratch_bytes", g->name);
   *(void **)&fns->scratch_bytes = get(h, sym);

@@ -9,8 +9,8 @@
  * over its threads with a barrier between phases; NAME_run(args) runs
  * everything on the calling thread.  Item counts depend only on shapes, so
  * results are the same for any thread count. */
-#ifndef ATTNC_ABI_V2
-#define ATTNC_ABI_V2
+#ifndef ATTNC_ABI_V3
+#define ATTNC_ABI_V3
 /* The one list of each fact the generator, the generated code and the
  * runtime share, as ENTRY(NAME, key): the C name, and the word the spec and
  * the generator use (gen/emit.lua reads these lists from this file). */
@@ -32,6 +32,11 @@
   ENTRY(WO_SCALE, wo_scale) \
   ENTRY(K_CACHE, k_cache) ENTRY(V_CACHE, v_cache) ENTRY(CACHE_LEN, cache_len) ENTRY(K_CACHE_SCALE, k_cache_scale) \
   ENTRY(V_CACHE_SCALE, v_cache_scale)
+/* The slots that have a gradient (spec key train): every tensor but the
+ * mask, positions, rope_freqs, caches and int8 scales. */
+#define ATTNC_GRAD_SLOT_LIST(ENTRY) \
+  ENTRY(X) ENTRY(KV) ENTRY(BIAS) ENTRY(Q) ENTRY(K) ENTRY(V) ENTRY(SINKS) \
+  ENTRY(WQ) ENTRY(BQ) ENTRY(WK) ENTRY(BK) ENTRY(WV) ENTRY(BV) ENTRY(WG) ENTRY(BG) ENTRY(WO) ENTRY(BO)
 /* What a query that sees no key gets (spec key empty_rows): a zero output,
  * uniform weights over every key (the mean of v), or NaN. */
 #define ATTNC_EMPTY_ROWS_LIST(ENTRY) ENTRY(ZERO, zero) ENTRY(UNIFORM, uniform) ENTRY(NAN, nan)
@@ -109,5 +114,15 @@ typedef struct attnc_args {
   long nthreads;                        /* per-thread scratch regions in scratch (at least 1) */
   float *lse;                           /* spec key lse: (batch axes..., H, Sq) F32, else unused */
   float *attn;                          /* spec key weights_out: (batch axes..., H, Sq, Sk) F32, else unused */
+  /* Training (spec key train).  seed: the dropout seed (spec key dropout)
+   * of every run.  NAME_backward(args) runs the forward again, writing out
+   * (and lse, attn where those pointers are set), then reads dout (the
+   * gradient of out, like out) and overwrites grad[slot] for every
+   * differentiable slot the kernel reads (ATTNC_GRAD_SLOT_LIST): dense, the
+   * tensor's shape, the kernel's element type.  It runs on the calling
+   * thread and returns 0, or 1 when memory runs out. */
+  unsigned long long seed;
+  const void *dout;
+  void *grad[ATTNC_SLOT_COUNT];
 } attnc_args;
 #endif
