@@ -235,9 +235,17 @@ function M.emit(p, form)
     env.mask_strides = mask_strides(p)
     env.dim_list = dim_list(p)
     env.convert = convert_env(p, env, M.widened(p))
+    env.dropout_c = p.dropout and render("dropout.c.tmpl", env) or ""
     source = render("plain.c.tmpl", env)
+    if p.train then source = source .. render("backward.c.tmpl", env) end
   else
     source = M.fast(p)
+    if p.train then
+      -- the backward pass is the plain form's, for both forms
+      local env = require("plain").env(p)
+      convert_env(p, env, M.widened(p))
+      source = source .. render("backward.c.tmpl", env)
+    end
   end
   return source, M.header(p, form == "plain")
 end
@@ -284,6 +292,7 @@ function M.fast(p)
   env.wide, env.out_n = M.widened(p), p.store and plan.prod(p.sig.out) or nil
   env.widen = #env.wide > 0
   env.convert = convert_env(p, env, env.wide)
+  env.dropout_c = p.dropout and render("dropout.c.tmpl", env) or ""
   if not p.core then
     local s = p.spec
     local xr, kr = {}, {}
