@@ -321,7 +321,7 @@ function M.header(p, plain)
     tensors = tensors, out_shape = shape_text(p.sig.out), has_mask = p.has_mask,
     mask_batch = "(" .. concat(hb, ", ") .. ")", abi = templates["abi.h"],
     H = p.H, G = p.G, C = p.C, core = p.core, C_IN = p.C_IN, C_KV = p.C_KV, plain = plain,
-    cache = p.cache, kv = p.kv_dtype, cap = p.cache and tostring(p.spec.cache),
+    cache = p.cache, kv = p.kv_dtype, cap = p.cache and tostring(p.spec.cache), train = p.train,
     kv_c = p.cache and ({ f32 = "float", f64 = "double", bf16 = "bf16 as unsigned short", f16 = "f16 as unsigned short", int8 = "int8 as signed char" })[p.kv_dtype],
   }
   return render("header.h.tmpl", henv)
