@@ -1049,6 +1049,205 @@ static void test_runtime_cache_run_writes_new_rows_only(void **state)
   cache_case_free(&c);
 }
 
+/* ---- training: attnc_grad's side of the backward ABI ----
+ * Until a spec compiles with train, these put a stand-in backward on a
+ * kernel of their own (a name no other test uses): it records what it was
+ * passed and writes slot * 1000 + i into element i of every grad slot, so
+ * that where each value lands in the exposed gradients is known exactly. */
+static struct {
+  int calls;
+  unsigned long long seed;
+  double dout0, dout_last;
+  int grad_set[ATTNC_SLOT_COUNT];
+} mock;
+
+static int mock_backward(const attnc_args *args)
+{
+  static const int slots[] = { ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_BIAS, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V,
+                               ATTNC_SLOT_SINKS, ATTNC_SLOT_WQ, ATTNC_SLOT_BQ, ATTNC_SLOT_WK, ATTNC_SLOT_BK,
+                               ATTNC_SLOT_WV, ATTNC_SLOT_BV, ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO };
+  size_t i;
+  long j;
+  mock.calls++;
+  mock.seed = args->seed;
+  mock.dout0 = ((const float *)args->dout)[0];
+  mock.dout_last = ((const float *)args->dout)[2 * 3 * 8 - 1];
+  for (i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+    float *gr = args->grad[slots[i]];
+    mock.grad_set[slots[i]] = gr != NULL;
+    if (!gr) continue;
+    for (j = 0; j < (slots[i] == ATTNC_SLOT_X ? 48 : slots[i] == ATTNC_SLOT_WO ? 64 : attnc_slot_is_matrix(slots[i]) ? 64 : 8); j++)
+      gr[j] = (float)(slots[i] * 1000 + j);
+  }
+  return 0;
+}
+
+static attnc_kernel *mock_train_kernel(const char *spec)
+{
+  attnc_error e;
+  attnc_kernel *k = attnc_compile(spec, NULL, &e);
+  assert_non_null(k);
+  assert_int_equal(attnc_kernel_trains(k), 0);
+  k->gen.train = 1;
+  k->fns.backward = mock_backward;
+  assert_int_equal(attnc_kernel_trains(k), 1);
+  memset(&mock, 0, sizeof mock);
+  return k;
+}
+
+static void mock_train_release(attnc_kernel *k)
+{
+  k->gen.train = 0; /* as compiled, should the cache hand it out again */
+  k->fns.backward = NULL;
+  attnc_release(k);
+}
+
+static void test_runtime_grad_names_and_stacked_in_proj(void **state)
+{
+  attnc_error e;
+  attnc_kernel *k = mock_train_kernel("mha x=2,3,8 heads=2 name=grad_mock_stacked");
+  attnc_bindings *b = attnc_bindings_new(k);
+  static double x64[48], dout64[48];
+  static float inw[24 * 8], inb[24], ow[64], ob[8], outbuf[48];
+  attnc_tensor x = t3(2, 3, 8, x64), tw = t2(24, 8, inw), tb = t2(24, 1, inb), tow = t2(8, 8, ow), tob = t2(8, 1, ob);
+  attnc_tensor out = t3(2, 3, 8, outbuf), dout = t3(2, 3, 8, dout64), gt;
+  const char *want[] = { "x", "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias" };
+  int i;
+  (void)state;
+  for (i = 0; i < 48; i++) dout64[i] = i + 0.5;
+  x.dtype = ATTNC_F64;
+  dout.dtype = ATTNC_F64;
+  tb.rank = 1;
+  tob.rank = 1;
+  assert_int_equal(attnc_bind(b, "x", &x, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_bias", &tb, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.weight", &tow, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.bias", &tob, &e), ATTNC_OK);
+  assert_int_equal(attnc_bindings_seed(b), 0);
+  assert_int_equal(attnc_bindings_set_seed(b, 0x123456789abcdefULL, &e), ATTNC_OK);
+  assert_true(attnc_bindings_seed(b) == 0x123456789abcdefULL);
+  assert_null(attnc_grad_name(b, 0));
+  assert_int_equal(attnc_grad_get(b, "x", &gt, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "call attnc_grad first"));
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+  assert_int_equal(mock.calls, 1);
+  assert_true(mock.seed == 0x123456789abcdefULL);
+  /* dout F64 reached the kernel as its F32 */
+  assert_true(mock.dout0 == 0.5 && mock.dout_last == 47.5);
+  /* every grad slot the kernel reads has a buffer; no other */
+  assert_true(mock.grad_set[ATTNC_SLOT_X] && mock.grad_set[ATTNC_SLOT_WQ] && mock.grad_set[ATTNC_SLOT_BV] &&
+              mock.grad_set[ATTNC_SLOT_WO] && mock.grad_set[ATTNC_SLOT_BO]);
+  assert_false(mock.grad_set[ATTNC_SLOT_KV] || mock.grad_set[ATTNC_SLOT_BIAS] || mock.grad_set[ATTNC_SLOT_WG]);
+  /* one gradient per name bound, in_proj_* whole */
+  for (i = 0; i < 5; i++) assert_string_equal(attnc_grad_name(b, i), want[i]);
+  assert_null(attnc_grad_name(b, 5));
+  assert_null(attnc_grad_name(b, -1));
+  /* x was bound as F64: its gradient is in the kernel's F32, of x's shape */
+  assert_int_equal(attnc_grad_get(b, "x", &gt, &e), ATTNC_OK);
+  assert_int_equal(gt.dtype, ATTNC_F32);
+  assert_int_equal(gt.rank, 3);
+  assert_true(gt.shape[0] == 2 && gt.shape[1] == 3 && gt.shape[2] == 8);
+  assert_true(((float *)gt.data)[47] == ATTNC_SLOT_X * 1000 + 47);
+  /* [dWq; dWk; dWv] stacked as in_proj_weight is */
+  assert_int_equal(attnc_grad_get(b, "in_proj_weight", &gt, &e), ATTNC_OK);
+  assert_true(gt.rank == 2 && gt.shape[0] == 24 && gt.shape[1] == 8 && gt.dtype == ATTNC_F32);
+  for (i = 0; i < 64; i++) {
+    assert_true(((float *)gt.data)[i] == ATTNC_SLOT_WQ * 1000 + i);
+    assert_true(((float *)gt.data)[64 + i] == ATTNC_SLOT_WK * 1000 + i);
+    assert_true(((float *)gt.data)[128 + i] == ATTNC_SLOT_WV * 1000 + i);
+  }
+  assert_int_equal(attnc_grad_get(b, "in_proj_bias", &gt, &e), ATTNC_OK);
+  assert_true(gt.rank == 1 && gt.shape[0] == 24);
+  for (i = 0; i < 8; i++) {
+    assert_true(((float *)gt.data)[i] == ATTNC_SLOT_BQ * 1000 + i);
+    assert_true(((float *)gt.data)[8 + i] == ATTNC_SLOT_BK * 1000 + i);
+    assert_true(((float *)gt.data)[16 + i] == ATTNC_SLOT_BV * 1000 + i);
+  }
+  /* names it has no gradient for */
+  assert_int_equal(attnc_grad_get(b, "q_proj.weight", &gt, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "attnc_grad_name lists them"));
+  assert_int_equal(attnc_grad_get(b, "mask", &gt, &e), ATTNC_EMISSING);
+  /* q_proj.weight bound beside in_proj_weight: the stacked gradient's q rows
+   * were not read, so they are 0; the q part is q_proj.weight's own */
+  tw.shape[0] = 8;
+  assert_int_equal(attnc_bind(b, "q_proj.weight", &tw, &e), ATTNC_OK);
+  assert_null(attnc_grad_name(b, 0)); /* a rebind forgets the last gradients */
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+  assert_string_equal(attnc_grad_name(b, 1), "q_proj.weight");
+  assert_string_equal(attnc_grad_name(b, 2), "in_proj_bias");
+  assert_string_equal(attnc_grad_name(b, 3), "in_proj_weight");
+  assert_int_equal(attnc_grad_get(b, "in_proj_weight", &gt, &e), ATTNC_OK);
+  for (i = 0; i < 64; i++) {
+    assert_true(((float *)gt.data)[i] == 0);
+    assert_true(((float *)gt.data)[64 + i] == ATTNC_SLOT_WK * 1000 + i);
+  }
+  assert_int_equal(attnc_grad_get(b, "q_proj.weight", &gt, &e), ATTNC_OK);
+  assert_true(gt.shape[0] == 8 && ((float *)gt.data)[5] == ATTNC_SLOT_WQ * 1000 + 5);
+  attnc_bindings_free(b);
+  mock_train_release(k);
+}
+
+static void test_runtime_grad_errors(void **state)
+{
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha x=2,3,8 heads=2", NULL, &e), *kt;
+  attnc_bindings *b = attnc_bindings_new(k);
+  static float x[48], inw[24 * 8], inb[24], ow[64], ob[8], outbuf[48], d[48];
+  attnc_tensor tx = t3(2, 3, 8, x), tw = t2(24, 8, inw), tb = t2(24, 1, inb), tow = t2(8, 8, ow), tob = t2(8, 1, ob);
+  attnc_tensor out = t3(2, 3, 8, outbuf), dout = t3(2, 3, 8, d), gt;
+  (void)state;
+  tb.rank = 1;
+  tob.rank = 1;
+  /* a spec without train: no backward, and the message says to add train */
+  assert_int_equal(attnc_kernel_trains(k), 0);
+  assert_int_equal(attnc_kernel_trains(NULL), 0);
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EARG);
+  assert_non_null(strstr(e.message, "lacks the key train"));
+  assert_non_null(strstr(e.message, "train added"));
+  assert_int_equal(attnc_grad_get(b, "x", &gt, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "spec lacks train"));
+  assert_int_equal(attnc_grad(NULL, &out, &dout, &e), ATTNC_EARG);
+  assert_int_equal(attnc_bindings_set_seed(NULL, 1, &e), ATTNC_EARG);
+  assert_null(attnc_grad_name(NULL, 0));
+  attnc_bindings_free(b);
+  attnc_release(k);
+  /* a train kernel checks what attnc_run checks, then dout */
+  kt = mock_train_kernel("mha x=2,3,8 heads=2 name=grad_mock_errors");
+  b = attnc_bindings_new(kt);
+  assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "missing tensor 'wq'"));
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_bias", &tb, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.weight", &tow, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.bias", &tob, &e), ATTNC_OK);
+  out.shape[1] = 4;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "output axis 1 is 4 but must be 3"));
+  out.shape[1] = 3;
+  assert_int_equal(attnc_grad(b, &out, NULL, &e), ATTNC_EARG);
+  assert_non_null(strstr(e.message, "needs dout"));
+  dout.shape[2] = 7;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "dout axis 2 is 7 but must be 8"));
+  dout.shape[2] = 8;
+  dout.dtype = ATTNC_I32;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "float dtype"));
+  dout.dtype = ATTNC_F32;
+  dout.data = NULL;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EARG);
+  assert_non_null(strstr(e.message, "dout has no data"));
+  assert_int_equal(mock.calls, 0); /* nothing reached the kernel */
+  dout.data = d;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+  assert_int_equal(mock.calls, 1);
+  assert_true(mock.seed == 0);
+  attnc_bindings_free(b);
+  mock_train_release(kt);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -1072,6 +1271,8 @@ int main(void)
     cmocka_unit_test(test_runtime_cache_binding_errors),
     cmocka_unit_test(test_runtime_cache_len_errors_change_nothing),
     cmocka_unit_test(test_runtime_cache_run_writes_new_rows_only),
+    cmocka_unit_test(test_runtime_grad_names_and_stacked_in_proj),
+    cmocka_unit_test(test_runtime_grad_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
