@@ -258,17 +258,16 @@ static const char *help_for(const char *cmd)
            "                      absent): the median is of one attnc_grad, the pair, which\n"
            "                      runs the forward again; forward_ms is the median of attnc_run\n"
            "                      on the same train kernel, backward_ms the pair's median minus\n"
-           "                      it (on the calling thread: --threads speeds up the forward\n"
-           "                      alone).  GFLOP/s count the forward's FLOPs over forward_ms.\n"
-           "                      grad_bytes: the gradient buffers the bindings hold (one per\n"
-           "                      grad slot, the in_proj_* stacks, a converted dout), exact;\n"
-           "                      grad_scratch_bytes: an estimate of what the backward needs\n"
-           "                      beyond them: the growth of the process's peak resident memory\n"
-           "                      over the first attnc_grad, minus grad_bytes (at least 0; page\n"
-           "                      granular, and a low bound: memory freed earlier is reused)\n"
+           "                      it (the backward runs on the calling thread: --threads speeds\n"
+           "                      up the forward alone).  gflops: explain's backward FLOPs (the\n"
+           "                      forward recomputed included) over median_ms; forward_gflops:\n"
+           "                      the forward's over forward_ms.  grad_bytes: the gradient\n"
+           "                      buffers the bindings hold (one per grad slot, the in_proj_*\n"
+           "                      stacks, a converted dout); grad_scratch_bytes: what the\n"
+           "                      backward allocates besides them (NAME_backward_bytes: O(S))\n"
            "  --json              print one JSON object instead of text (a cache spec adds\n"
            "                      cache_len and cap; --grad adds forward_ms, backward_ms,\n"
-           "                      grad_bytes and grad_scratch_bytes)\n";
+           "                      forward_gflops, grad_bytes and grad_scratch_bytes)\n";
   return NULL;
 }
 
@@ -1377,11 +1376,9 @@ static int cmd_bench(struct cli *c)
   char *text = NULL;
   struct caches cc;
   int64_t cache_len = 0, sq = 0, cap = 0;
-  /* --grad: dout, the forward's own median, the gradient bytes and the
-   * estimate of the backward's scratch (peak resident memory growth) */
+  /* --grad: dout, the forward's own median, the pair's FLOPs */
   attnc_tensor dout;
-  double forward_ms = 0, *ftimes = NULL;
-  long grad_bytes = 0, grad_scratch = 0;
+  double forward_ms = 0, *ftimes = NULL, pair_flops = 0;
   memset(&dout, 0, sizeof dout);
   memset(&cc, 0, sizeof cc);
   memset(&out, 0, sizeof out);
@@ -1460,24 +1457,6 @@ static int cmd_bench(struct cli *c)
    * new worker can share its creator's CPU for some milliseconds before
    * the scheduler moves it: timed runs right after one warm-up would time
    * that start-up, not the kernel. */
-  if (c->grad) { /* the first pair, measured for grad_scratch_bytes */
-    struct rusage u0, u1;
-    const char *gname;
-    attnc_tensor gt;
-    getrusage(RUSAGE_SELF, &u0);
-    if (attnc_grad(b, &out, &dout, &e) != ATTNC_OK) { print_error(&e); goto done; }
-    getrusage(RUSAGE_SELF, &u1);
-    for (i = 0; i < ATTNC_SLOT_COUNT; i++) /* every buffer the bindings hold for gradients */
-      if (b->grad[i]) grad_bytes += (long)(b->grad_n[i] * attnc_dtype_size(g->dtype));
-    for (i = 0; i < 2; i++)
-      if (b->grad_stacked[i]) grad_bytes += (long)(b->grad_stacked_n[i] * attnc_dtype_size(g->dtype));
-    if (b->dout_conv) grad_bytes += (long)(b->dout_n * attnc_dtype_size(g->dtype));
-    grad_scratch = (long)(u1.ru_maxrss - u0.ru_maxrss) * 1024 - grad_bytes;
-    if (grad_scratch < 0) grad_scratch = 0;
-    for (i = 0; (gname = attnc_grad_name(b, i)) != NULL; i++) /* (a check that each is readable) */
-      if (attnc_grad_get(b, gname, &gt, &e) != ATTNC_OK) { print_error(&e); goto done; }
-    warmups++;
-  }
   t0 = now_ms();
   do {
     if ((c->grad ? attnc_grad(b, &out, &dout, &e) : attnc_run(b, &out, &e)) != ATTNC_OK) { print_error(&e); goto done; }
@@ -1518,6 +1497,9 @@ static int cmd_bench(struct cli *c)
       flops = strtod(line + 7, NULL);
       /* causal and window: the FLOPs of the pairs the masks leave */
       if ((line = strstr(text, "  unmasked total")) != NULL) flops_unmasked = strtod(line + 16, NULL);
+      /* a train spec: the backward's FLOPs, the forward it recomputes included */
+      if ((line = strstr(text, "\nbackward (train")) != NULL && (line = strstr(line, "): ")) != NULL)
+        pair_flops = strtod(line + 3, NULL);
       if (g->has_cache) {
         /* the pairs a run with cache_len = N attends to: query i sees keys
          * 0 .. N + i (window and mask not subtracted) */
@@ -1530,9 +1512,12 @@ static int cmd_bench(struct cli *c)
   }
   {
     double med = times[runs / 2];
-    /* --grad: GFLOP/s are the forward's FLOPs over the forward's time */
+    /* --grad: GFLOP/s are the pair's FLOPs (explain's backward, which
+     * recomputes the forward) over the pair's time; the unmasked ones, the
+     * forward's over the forward's time */
     const double rate_ms = c->grad ? forward_ms : med;
-    char grad[320] = "";
+    const long grad_bytes = attnc_bindings_grad_bytes(b), grad_scratch = attnc_bindings_grad_scratch_bytes(b);
+    char grad[400] = "";
     const char *be = attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc";
     int threads = attnc_bindings_threads(b);
     long scratch = attnc_bindings_scratch_bytes(b);
@@ -1545,12 +1530,14 @@ static int cmd_bench(struct cli *c)
         snprintf(unmasked + strlen(unmasked), sizeof unmasked - strlen(unmasked), "\"cache_len\": %lld, \"cap\": %lld, ",
                  (long long)cache_len, (long long)cap);
       if (c->grad)
-        snprintf(grad, sizeof grad, "\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"grad_bytes\": %ld, "
-                 "\"grad_scratch_bytes\": %ld, ", forward_ms, med - forward_ms, grad_bytes, grad_scratch);
+        snprintf(grad, sizeof grad, "\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"forward_gflops\": %.3f, "
+                 "\"grad_bytes\": %ld, \"grad_scratch_bytes\": %ld, ", forward_ms, med - forward_ms,
+                 flops / (forward_ms * 1e6), grad_bytes, grad_scratch);
       printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"gflops\": %.3f, %s%s\"compile_ms\": %.3f, \"backend\": \"%s\", "
              "\"threads\": %d, \"runs\": %d, \"warmups\": %ld, \"busy_cpus\": %.2f, \"isa\": \"%s\", "
              "\"scratch_bytes\": %ld, \"canonical\": \"%s\"}\n",
-             med, times[0], flops / (rate_ms * 1e6), unmasked, grad, compile_ms, be, threads, runs, warmups, busy, isa, scratch,
+             med, times[0], (c->grad ? pair_flops : flops) / (med * 1e6), unmasked, grad, compile_ms, be, threads, runs,
+             warmups, busy, isa, scratch,
              attnc_canonical(k));
     } else {
       if (flops_unmasked > 0)
@@ -1559,9 +1546,9 @@ static int cmd_bench(struct cli *c)
         snprintf(unmasked + strlen(unmasked), sizeof unmasked - strlen(unmasked), ", cache_len %lld of CAP %lld",
                  (long long)cache_len, (long long)cap);
       if (c->grad) {
-        snprintf(grad, sizeof grad, "forward and backward: median %.3f ms (min %.3f) = forward %.3f + backward %.3f; "
-                 "gradients %ld bytes, backward scratch about %ld bytes (peak memory growth)\n",
-                 med, times[0], forward_ms, med - forward_ms, grad_bytes, grad_scratch);
+        snprintf(grad, sizeof grad, "forward and backward: median %.3f ms (min %.3f) = forward %.3f + backward %.3f, "
+                 "%.2f GFLOP/s; gradients %ld bytes, backward scratch %ld bytes\n",
+                 med, times[0], forward_ms, med - forward_ms, pair_flops / (med * 1e6), grad_bytes, grad_scratch);
       }
       printf("%s\nbackend %s (%s primitives), %d thread%s: %s%s %.3f ms (min %.3f, %d runs after %ld warm-up), "
              "%.2f GFLOP/s%s, compile %.2f ms, scratch %ld bytes\n%s",

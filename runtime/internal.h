@@ -81,6 +81,7 @@ typedef struct attnc_kernel_fns {
   long (*phase_items)(const attnc_args *args, int phase);
   int (*phase)(const attnc_args *args, int phase, long begin, long end, long thread);
   int (*backward)(const attnc_args *args); /* spec key train: forward again, then the gradients; else NULL */
+  long (*backward_bytes)(const attnc_args *args); /* what backward allocates for args' dims; NULL without train */
 } attnc_kernel_fns;
 
 /* jit_tcc.c, jit_cc.c: compile generated C to a callable kernel. */
@@ -174,6 +175,7 @@ struct attnc_bindings {
   size_t grad_stacked_n[2];
   void *dout_conv;
   size_t dout_n;
+  long grad_scratch;      /* what the last attnc_grad's backward allocated (NAME_backward_bytes) */
   int ngrad;
   char grad_name[ATTNC_SLOT_COUNT][96];
   attnc_tensor grad_t[ATTNC_SLOT_COUNT];

@@ -371,7 +371,10 @@ attnc_status attnc_grad(attnc_bindings *b, attnc_tensor *out, const attnc_tensor
       return attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the gradient of %s (%zu values)", attnc_slot_name(slot), m);
     args.grad[slot] = b->grad[slot];
   }
-  if (b->k->fns.backward(&args) != 0) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the backward pass");
+  b->grad_scratch = b->k->fns.backward_bytes ? b->k->fns.backward_bytes(&args) : 0;
+  if (b->k->fns.backward(&args) != 0)
+    return attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the backward pass (it allocates %ld bytes besides the "
+                         "gradients)", b->grad_scratch);
   /* by the names the tensors were bound under, in slot order; a stacked
    * in_proj_* once, where its first part is */
   for (i = 0; i < sizeof grad_slots / sizeof grad_slots[0]; i++) {
@@ -392,6 +395,21 @@ attnc_status attnc_grad(attnc_bindings *b, attnc_tensor *out, const attnc_tensor
   }
   return ATTNC_OK;
 }
+
+long attnc_bindings_grad_bytes(const attnc_bindings *b)
+{
+  long n = 0;
+  int i;
+  if (!b) return 0;
+  for (i = 0; i < ATTNC_SLOT_COUNT; i++)
+    if (b->grad[i]) n += (long)(b->grad_n[i] * attnc_dtype_size(b->k->gen.dtype));
+  for (i = 0; i < 2; i++)
+    if (b->grad_stacked[i]) n += (long)(b->grad_stacked_n[i] * attnc_dtype_size(b->k->gen.dtype));
+  if (b->dout_conv) n += (long)(b->dout_n * attnc_dtype_size(b->k->gen.dtype));
+  return n;
+}
+
+long attnc_bindings_grad_scratch_bytes(const attnc_bindings *b) { return b ? b->grad_scratch : 0; }
 
 const char *attnc_grad_name(const attnc_bindings *b, int i)
 {

@@ -849,5 +849,6 @@ class TestTraining(unittest.TestCase):
         self.assertTrue(np.array_equal(a, k.run(t, seed=3)["out"]))
         self.assertFalse(np.array_equal(a, k.run(t, seed=4)["out"]))
         g = k.grad(t, np.ones((1, 16, 8), np.float32), seed=3)
-        self.assertTrue(np.array_equal(g["out"], a))  # the forward it differentiated
+        # the forward it differentiated: another code path, so equal to rounding
+        self.assertTrue(np.allclose(g["out"], a, rtol=1e-5, atol=1e-6))
 
