@@ -1050,10 +1050,11 @@ static void test_runtime_cache_run_writes_new_rows_only(void **state)
 }
 
 /* ---- training: attnc_grad's side of the backward ABI ----
- * Until a spec compiles with train, these put a stand-in backward on a
- * kernel of their own (a name no other test uses): it records what it was
- * passed and writes slot * 1000 + i into element i of every grad slot, so
- * that where each value lands in the exposed gradients is known exactly. */
+ * These put a stand-in backward on a kernel of their own (a name no other
+ * test uses): it records what it was passed and writes slot * 1000 + i
+ * into element i of every grad slot, so that where each value lands in the
+ * exposed gradients is known exactly.  test_runtime_grad_bias_and_in_proj
+ * runs the real one. */
 static struct {
   int calls;
   unsigned long long seed;
@@ -1248,6 +1249,118 @@ static void test_runtime_grad_errors(void **state)
   mock_train_release(kt);
 }
 
+/* The real backward through attnc_grad: a bias (H, Sq, Sk) broadcast over
+ * the batch gets the gradient of its bound shape (the sum over the batch),
+ * checked against finite differences of attnc_run; in_proj_weight's
+ * stacked gradient equals, bit for bit, the three gradients of the same
+ * weights bound as q_proj, k_proj, v_proj.weight. */
+static double loss_of(attnc_bindings *b, attnc_tensor *out, const double *dout, int n)
+{
+  attnc_error e;
+  double l = 0;
+  int i;
+  assert_int_equal(attnc_run(b, out, &e), ATTNC_OK);
+  for (i = 0; i < n; i++) l += ((const double *)out->data)[i] * dout[i];
+  return l;
+}
+
+static void test_runtime_grad_bias_and_in_proj(void **state)
+{
+  static double x[48], bias[18], w[24 * 8], bw[24], ow[64], ob[8], dout[48], outbuf[48];
+  static double g_bias[18], g_w[24 * 8];
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha x=2,3,8 heads=2 bias=2,3,3 dtype=f64 train", NULL, &e);
+  attnc_bindings *b, *b2;
+  attnc_tensor tx = t3(2, 3, 8, x), tbias = t3(2, 3, 3, bias), tw = t2(24, 8, w), tbw = t2(24, 1, bw), tow = t2(8, 8, ow),
+               tob = t2(8, 1, ob), out = t3(2, 3, 8, outbuf), dt = t3(2, 3, 8, dout), gt;
+  const char *want[] = { "x", "bias", "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias" };
+  static const int bias_at[] = { 0, 7, 17 }, w_at[] = { 3, 64 + 9, 128 + 40 };
+  int i;
+  (void)state;
+  if (!k) fail_msg("%s", e.message);
+  assert_int_equal(attnc_kernel_trains(k), 1);
+  for (i = 0; i < 48; i++) { x[i] = sin(0.7 * i + 0.2); dout[i] = cos(1.3 * i); }
+  for (i = 0; i < 18; i++) bias[i] = 0.3 * sin(2.1 * i);
+  for (i = 0; i < 24 * 8; i++) w[i] = 0.4 * sin(0.37 * i + 1);
+  for (i = 0; i < 24; i++) bw[i] = 0.1 * cos(i);
+  for (i = 0; i < 64; i++) ow[i] = 0.3 * cos(0.53 * i);
+  for (i = 0; i < 8; i++) ob[i] = 0.05 * i;
+  tx.dtype = tbias.dtype = tw.dtype = tbw.dtype = tow.dtype = tob.dtype = out.dtype = dt.dtype = ATTNC_F64;
+  tbw.rank = tob.rank = 1;
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "bias", &tbias, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_bias", &tbw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.weight", &tow, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.bias", &tob, &e), ATTNC_OK);
+  assert_int_equal(attnc_grad(b, &out, &dt, &e), ATTNC_OK);
+  for (i = 0; i < 6; i++) assert_string_equal(attnc_grad_name(b, i), want[i]);
+  assert_null(attnc_grad_name(b, 6));
+  assert_true(attnc_bindings_grad_bytes(b) >= (long)sizeof(double) * (48 + 18 + 2 * 24 * 8 + 2 * 24 + 64 + 8));
+  assert_true(attnc_bindings_grad_scratch_bytes(b) > 0);
+  assert_int_equal(attnc_grad_get(b, "bias", &gt, &e), ATTNC_OK);
+  assert_true(gt.dtype == ATTNC_F64 && gt.rank == 3 && gt.shape[0] == 2 && gt.shape[1] == 3 && gt.shape[2] == 3);
+  memcpy(g_bias, gt.data, sizeof g_bias);
+  assert_int_equal(attnc_grad_get(b, "in_proj_weight", &gt, &e), ATTNC_OK);
+  assert_true(gt.rank == 2 && gt.shape[0] == 24 && gt.shape[1] == 8);
+  memcpy(g_w, gt.data, sizeof g_w);
+
+  /* the same weights as three tensors: the same gradients, bit for bit */
+  b2 = attnc_bindings_new(k);
+  {
+    attnc_tensor q = t2(8, 8, w), kk = t2(8, 8, w + 64), v = t2(8, 8, w + 128);
+    const char *parts[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight" };
+    q.dtype = kk.dtype = v.dtype = ATTNC_F64;
+    assert_int_equal(attnc_bind(b2, "x", &tx, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "bias", &tbias, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "q_proj.weight", &q, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "k_proj.weight", &kk, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "v_proj.weight", &v, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "in_proj_bias", &tbw, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "out_proj.weight", &tow, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "out_proj.bias", &tob, &e), ATTNC_OK);
+    assert_int_equal(attnc_grad(b2, &out, &dt, &e), ATTNC_OK);
+    for (i = 0; i < 3; i++) {
+      assert_int_equal(attnc_grad_get(b2, parts[i], &gt, &e), ATTNC_OK);
+      assert_memory_equal(gt.data, g_w + 64 * i, 64 * sizeof(double));
+    }
+    assert_int_equal(attnc_grad_get(b2, "in_proj_weight", &gt, &e), ATTNC_EMISSING);
+  }
+  attnc_bindings_free(b2);
+
+  /* finite differences of attnc_run, on the same bindings (rebound after
+   * each change, as the data of a bound weight may be packed once) */
+  for (i = 0; i < 3; i++) {
+    const double h = 1e-5, keep = bias[bias_at[i]];
+    double up, down, fd;
+    bias[bias_at[i]] = keep + h;
+    up = loss_of(b, &out, dout, 48);
+    bias[bias_at[i]] = keep - h;
+    down = loss_of(b, &out, dout, 48);
+    bias[bias_at[i]] = keep;
+    fd = (up - down) / (2 * h);
+    if (fabs(g_bias[bias_at[i]] - fd) > 1e-7 + 1e-5 * fabs(fd))
+      fail_msg("grad bias[%d] = %.10g, finite difference %.10g", bias_at[i], g_bias[bias_at[i]], fd);
+  }
+  for (i = 0; i < 3; i++) {
+    const double h = 1e-5, keep = w[w_at[i]];
+    double up, down, fd;
+    w[w_at[i]] = keep + h;
+    assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+    up = loss_of(b, &out, dout, 48);
+    w[w_at[i]] = keep - h;
+    assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+    down = loss_of(b, &out, dout, 48);
+    w[w_at[i]] = keep;
+    fd = (up - down) / (2 * h);
+    if (fabs(g_w[w_at[i]] - fd) > 1e-7 + 1e-5 * fabs(fd))
+      fail_msg("grad in_proj_weight[%d] = %.10g, finite difference %.10g", w_at[i], g_w[w_at[i]], fd);
+  }
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -1273,6 +1386,7 @@ int main(void)
     cmocka_unit_test(test_runtime_cache_run_writes_new_rows_only),
     cmocka_unit_test(test_runtime_grad_names_and_stacked_in_proj),
     cmocka_unit_test(test_runtime_grad_errors),
+    cmocka_unit_test(test_runtime_grad_bias_and_in_proj),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
