@@ -198,7 +198,7 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
        * pairs, and dW, dx for each projection (twice its forward) */
       const double sl = g.global ? 1 : Sq, rows_o = g.core ? 0 : rows_out;
       double bw = total + scores + 4 * scores + 2 * (proj + gate + outp), bytes;
-      bytes = 2 * nb * H * Sq * C + 4 * nb * G * Sk * C + 2 * nb * H * sl * C + nb * H * sl + Sk;
+      bytes = 2 * nb * H * Sq * C + 4 * nb * G * Sk * C + 2 * nb * H * sl * C + nb * H * sl + Sk; /* the plain form's; the fast form's differs */
       if (g.global) bytes += 2 * nb * H * C + nb;
       if (!g.core) {
         bytes += 2 * rows_x * H * C + 4 * rows_kv * G * C + 2 * rows_o * H * C;
