@@ -235,9 +235,17 @@ function M.emit(p, form)
     env.mask_strides = mask_strides(p)
     env.dim_list = dim_list(p)
     env.convert = convert_env(p, env, M.widened(p))
+    env.dropout_c = p.dropout and render("dropout.c.tmpl", env) or ""
     source = render("plain.c.tmpl", env)
+    if p.train then source = source .. render("backward.c.tmpl", env) end
   else
     source = M.fast(p)
+    if p.train then
+      -- the backward pass is the plain form's, for both forms
+      local env = require("plain").env(p)
+      convert_env(p, env, M.widened(p))
+      source = source .. render("backward.c.tmpl", env)
+    end
   end
   return source, M.header(p, form == "plain")
 end
@@ -284,6 +292,7 @@ function M.fast(p)
   env.wide, env.out_n = M.widened(p), p.store and plan.prod(p.sig.out) or nil
   env.widen = #env.wide > 0
   env.convert = convert_env(p, env, env.wide)
+  env.dropout_c = p.dropout and render("dropout.c.tmpl", env) or ""
   if not p.core then
     local s = p.spec
     local xr, kr = {}, {}
@@ -312,7 +321,7 @@ function M.header(p, plain)
     tensors = tensors, out_shape = shape_text(p.sig.out), has_mask = p.has_mask,
     mask_batch = "(" .. concat(hb, ", ") .. ")", abi = templates["abi.h"],
     H = p.H, G = p.G, C = p.C, core = p.core, C_IN = p.C_IN, C_KV = p.C_KV, plain = plain,
-    cache = p.cache, kv = p.kv_dtype, cap = p.cache and tostring(p.spec.cache),
+    cache = p.cache, kv = p.kv_dtype, cap = p.cache and tostring(p.spec.cache), train = p.train,
     kv_c = p.cache and ({ f32 = "float", f64 = "double", bf16 = "bf16 as unsigned short", f16 = "f16 as unsigned short", int8 = "int8 as signed char" })[p.kv_dtype],
   }
   return render("header.h.tmpl", henv)

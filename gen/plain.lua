@@ -24,6 +24,9 @@ for w in ([[
   weighted_sum gate done ok
   softcap add_alibi slopes sinks sink_h lse log logf tanh tanhf rope freqs cos sin pow add_pe copy_real q_pos k_pos pos_q pos_k heads
   cache_len k_cache v_cache k_cache_scale v_cache_scale kv_store kv_load kv_t start nk k_new_h v_new_h qp kp
+  project d_project to_heads from_heads rotate row_t row_logit row_forward row_backward philox keep
+  d_x d_kv d_q d_k d_v d_o d_og og d_bias d_sinks d_out q_mean n_mean d_q_h d_k_h d_v_h d_o_h d_q_mean D dO sg g_d
+  t dp ds dz p m sj l wq wk wv wo seed
   narrow1_bf16 narrow1_f16 compute narrow narrow1 widen_bf16 widen_f16 widen1_bf16 widen1_f16 dequant_int8 store_t f32_bits wide n_out err a
 ]]):gmatch("%S+") do TAKEN[w] = true end
 
@@ -65,7 +68,11 @@ end
 -- index b (row-major over the batch axes).
 local function batch_index(batch, a)
   local after = {}
-  for n = a + 1, #batch do insert(after, batch[n].size) end
+  -- (plan.prod takes spec dims: a named axis's size "dim_T" goes back to "T")
+  for n = a + 1, #batch do
+    local size = batch[n].size
+    insert(after, type(size) == "number" and size or size:gsub("^dim_", ""))
+  end
   local e = "b"
   if #after > 0 then e = "b / " .. (#after > 1 and "(" .. ex(plan.prod(after)) .. ")" or ex(plan.prod(after))) end
   if a > 1 then e = "(" .. e .. ") % " .. ex(batch[a].size) end
@@ -90,6 +97,7 @@ function M.env(p)
     pe = p.pe, kv_copy = (p.pe and p.self) and true or false, rope = p.rope, rope_dim = p.rope_dim, rope_theta = p.rope_theta, weights_out = p.weights_out,
     global = p.global or false, gated = p.gated or false, self = p.self,
     has_bias = p.has_bias, has_mask = p.has_mask, C_IN = p.C_IN, C_KV = p.C_KV,
+    train = p.train, dropout = p.dropout,
   }
   -- bf16 and f16: the tensors widened to f32 first, and the output narrowed
   -- at the end; int8 (or 16-bit) weight matrices widened with them
@@ -150,6 +158,7 @@ function M.env(p)
     e.bias_off = #boff > 0 and concat(boff, " + ") or "0"
     e.bias_j = p.bias_j and "j" or "0"
     e.bias_shape = text(s.bias)
+    e.bias_n = ex(plan.prod(s.bias))
   end
 
   -- the (batch element, kv head) block that query head h reads

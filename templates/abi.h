@@ -81,6 +81,8 @@ typedef struct attnc_tile {
   long lse_h;
   float *attn;          /* row r's weights at attn + hh * attn_h + (r / q_group) * attn_ld; or NULL */
   long attn_h, attn_ld; /* attn_ld >= nk: the columns from nk on are written 0 (a KV cache's unfilled positions) */
+  unsigned long long seed; /* dropout (spec key dropout, the C loops only): the seed, */
+  long batch, head0;       /* the batch element, and the query head of row r % q_group == 0 */
 } attnc_tile;
 
 /* Vectorised routines compiled with the library (run-time CPU dispatch). */

@@ -736,6 +736,37 @@ static void test_spec_key_modifiers(void **state)
   expect_err_named("mha x=B,S,64 kv=B,T,63 heads=4 pe=sinusoidal", NULL, 1, 32, "needs an even width of kv");
 }
 
+/* train and dropout (DESIGN.md "Training"): written only when set (dropout
+ * only when above 0); dropout needs train, and train refuses what it
+ * cannot differentiate in dtype, and a cache. */
+static void test_spec_key_train(void **state)
+{
+  char c[CANON_MAX], d[CANON_MAX];
+  (void)state;
+  canon("mha x=B,S,64 heads=4", c);
+  assert_false(has_key(c, "train"));
+  assert_false(has_key(c, "dropout"));
+  canon("mha x=B,S,64 heads=4 train", c);
+  assert_word(c, "train=true");
+  assert_false(has_key(c, "dropout"));
+  canon("mha x=B,S,64 heads=4 train dropout=0", d);
+  assert_string_equal(c, d);
+  canon("mha x=B,S,64 heads=4 train=false", c);
+  assert_false(has_key(c, "train"));
+  canon("dropout=0.1 train mha heads=4 x=B,S,64", c);
+  assert_word(c, "dropout=0.1");
+  canon("mha x=B,S,64 heads=4 train=true dropout=0.10", d);
+  assert_string_equal(c, d);
+  canon("mha mode=core q=B,4,S,16 train dropout=0.5 dtype=f64", c);
+  assert_word(c, "dropout=0.5");
+  expect_err_named("mha x=B,S,64 heads=4 dropout=0.1", NULL, 1, 22, "dropout needs train");
+  expect_err_named("mha x=B,S,64 heads=4 train dropout=1", NULL, 1, 36, "dropout must be a probability with 0 <= p < 1");
+  expect_err_named("mha x=B,S,64 heads=4 train dropout=-0.5", NULL, 1, 36, "dropout must be a probability");
+  expect_err_named("mha x=B,S,64 heads=4 train dtype=bf16", NULL, 1, 22, "train with dtype=bf16");
+  expect_err_named("mha x=B,S,64 heads=4 train weights=int8", NULL, 1, 22, "train with weights=int8");
+  expect_err_named("gqa x=B,1,64 heads=4 kv_heads=2 cache=64 train", NULL, 1, 42, "train with cache");
+}
+
 static void test_spec_key_mode_core(void **state)
 {
   char c[CANON_MAX];
@@ -1955,6 +1986,7 @@ int main(void)
     cmocka_unit_test(test_spec_key_layout),
     cmocka_unit_test(test_spec_key_dtype_weights),
     cmocka_unit_test(test_spec_key_modifiers),
+    cmocka_unit_test(test_spec_key_train),
     cmocka_unit_test(test_spec_key_mode_core),
     cmocka_unit_test(test_spec_key_dtype),
     cmocka_unit_test(test_spec_key_name),
