@@ -963,7 +963,7 @@ int ref_grad_fd(const ref_problem *p, const ref_tensors *t, const double *dout, 
     memcpy(x, *slot, (size_t)n * sizeof *x);
     if (which == REF_G_X && tc.kv == tc.x) tc.kv = x;
     *slot = x;
-    const double x0 = x[idx], h = 1e-4 * fmax(1.0, fabs(x0));
+    const double x0 = x[idx], h = 1e-3 * fmax(1.0, fabs(x0));
     const double steps[4] = { -2 * h, -h, h, 2 * h };
     double l[4];
     for (int s = 0; rc == 0 && s < 4; s++) {

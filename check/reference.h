@@ -129,9 +129,11 @@ enum {
 long ref_grad_count(const ref_problem *p, const ref_tensors *t, int which);
 /* The reference's gradient of L = sum(out * dout) with respect to element
  * idx of tensor `which`, by finite differences: the fourth-order central
- * stencil (8 (L(h) - L(-h)) - (L(2h) - L(-2h))) / 12h, h = 1e-4 *
- * max(1, |x|), which in float64 is good to about 1e-10 of the gradients'
- * scale (the second-order stencil at h = 1e-6 reaches only 1e-8).  Terms
+ * stencil (8 (L(h) - L(-h)) - (L(2h) - L(-2h))) / 12h, h = 1e-3 *
+ * max(1, |x|).  Its truncation error, O(h^4), stays far below the
+ * rounding error of L over h, so the step is large: in float64 this is
+ * good to about 2e-10 of the gradients' scale (the second-order stencil
+ * at h = 1e-6 reaches only 1e-8; this one at 1e-4 about 2e-9).  Terms
  * whose dout is exactly 0 are left out of L (so a NaN output, which
  * empty_rows=nan gives, can be excluded); the optional outputs of t
  * (weights, lse, caches) are not written.  0, or -1 on a bad problem or
