@@ -820,26 +820,30 @@ done:
   return worst;
 }
 
-/* Compile spec, with train appended in gradient mode when the spec has
- * none (after a newline: it ends a comment the spec may close with). */
+/* Compile spec; in gradient mode with train appended when the spec has
+ * none (after a newline: it ends a comment the spec may close with), or
+ * when the spec needs it to compile (dropout).  A spec that fails either
+ * way reports its own error. */
 static attnc_kernel *compile_for(const char *spec, const checker_opts *o, const attnc_options *ko, attnc_error *err)
 {
-  attnc_kernel *k = attnc_compile(spec, ko, err);
+  attnc_kernel *k = attnc_compile(spec, ko, err), *kt;
+  attnc_error err2;
   char *trained;
   size_t n;
-  if (!k || !o->grad || attnc_kernel_trains(k)) return k;
-  attnc_release(k);
+  if (!o->grad || (k && attnc_kernel_trains(k))) return k;
   n = strlen(spec);
   trained = malloc(n + 8);
   if (!trained) {
+    attnc_release(k);
     attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
     return NULL;
   }
   memcpy(trained, spec, n);
   memcpy(trained + n, "\ntrain", 7);
-  k = attnc_compile(trained, ko, err);
+  kt = attnc_compile(trained, ko, k ? err : &err2);
   free(trained);
-  return k;
+  attnc_release(k);
+  return kt;
 }
 
 int checker_run(const char *spec, const checker_opts *o, checker_result *r)
