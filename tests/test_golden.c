@@ -264,8 +264,11 @@ static int run_train_case(const struct train_case *c, attnc_backend be, int thre
   const char *name;
   const char *be_name = be == ATTNC_BACKEND_CC ? "cc" : "tcc";
 
-  if (!k) fprintf(stderr, "%s: %s: %s\n", c->name, e.where, e.message);
-  assert_non_null(k);
+  if (!k) { /* a mismatch, not an abort: the other cases still run */
+    fprintf(stderr, "MISMATCH %s (%s): does not compile: %s\n", c->name, be_name, e.message);
+    attnc_st_close(f);
+    return 1;
+  }
   assert_true(attnc_kernel_trains(k));
   b = attnc_bindings_new(k);
   assert_non_null(b);
