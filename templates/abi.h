@@ -103,6 +103,10 @@ typedef struct attnc_prims {
    * goes to y + ((col0 + n) / head_w) * head_stride + (col0 + n) % head_w */
   void (*linear_heads)(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                        const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
+  /* linear's packing of an (n_out, n_in) weight into pack_size floats, 64-byte aligned (the runtime packs
+   * bound weights; a backward packs the transposed operands of its gradients' products) */
+  long (*pack_size)(long n_out, long n_in);
+  void (*pack)(const float *w, long n_out, long n_in, float *packed);
 } attnc_prims;
 
 typedef struct attnc_args {
@@ -122,9 +126,17 @@ typedef struct attnc_args {
    * gradient of out, like out) and overwrites grad[slot] for every
    * differentiable slot the kernel reads (ATTNC_GRAD_SLOT_LIST): dense, the
    * tensor's shape, the kernel's element type.  It runs on the calling
-   * thread and returns 0, or 1 when memory runs out. */
+   * thread (its items on args->parallel's threads, below) and returns 0,
+   * or 1 when memory runs out. */
   unsigned long long seed;
   const void *dout;
   void *grad[ATTNC_SLOT_COUNT];
+  /* The fast form's NAME_backward runs its passes' items through this:
+   * parallel(pool, items, fn, ctx) calls fn(ctx, item) once for every
+   * item in [0, items), on any threads, and returns when all are done.
+   * Each item writes only its own outputs, in a fixed order, so the
+   * gradients do not depend on it.  NULL: the items run in order. */
+  void (*parallel)(void *pool, long items, void (*fn)(void *ctx, long item), void *ctx);
+  void *pool;
 } attnc_args;
 #endif
