@@ -787,6 +787,8 @@ static double judge_grads(attnc_bindings *b, const attnc_gen *g, const checker_i
     /* softmax ignores a per-row constant: k's bias has no gradient, and is
      * judged on the scale of q's bias's */
     cg->rms = gj[i].slot == ATTNC_SLOT_BK && bq_rms >= 0 ? bq_rms : rms_of(gj[i].want, gj[i].m);
+    if (cg->rms == 0) /* no scale of its own (every key hidden, say): the largest of the others' */
+      for (k = 0; k < r->n_grads; k++) cg->rms = fmax(cg->rms, rms_of(gj[k].want, gj[k].m));
     tol0 = atol + a_rms * cg->rms;
     for (e = 0; e < gj[i].m; e++) {
       const double got = gj[i].got[e], want = gj[i].want[e], d = fabs(got - want);

@@ -100,9 +100,10 @@ void checker_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_rms, d
  * the root mean square of the reference's values over the judged
  * elements, and NMSE over them at most *nmse: DESIGN.md's f32 gradient row
  * (1e-4 rms + 1e-4 |r|, NMSE 1e-8), and for f64 its f64 row widened by
- * what the finite differences themselves miss (about 1e-10 of the scale:
+ * what the finite differences themselves miss (about 2e-10 of the scale:
  * 1e-8 rms + 1e-8 |r|).  A gradient that is 0 in exact arithmetic (the k
- * projection's bias) takes its rms from the q projection bias's. */
+ * projection's bias) takes its rms from the q projection bias's, and one
+ * whose judged elements are all 0 from the largest of the others'. */
 void checker_grad_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_rms, double *rtol);
 
 /* Returns r->ok. */
