@@ -48,6 +48,15 @@
 # logits near 330; name=; named dims; the three weight naming schemes and
 # a layer prefix.
 #
+# Training cases (TRAIN_CASES, indexed in tests/golden/train.txt): the same
+# torch forward with dropout (after the softmax and the sink, before the
+# weighted sum; rows that see no key untouched) by a keep mask from this
+# script's own numpy Philox4x32-10, asserted against DESIGN.md's known
+# answers; dout drawn at random; every gradient of L = sum(out * dout) by
+# autograd in float64, checked along a random direction by a fourth-order
+# finite difference, and for one MHA case against nn.MultiheadAttention's
+# own autograd.
+#
 # Conventions of the data (also in tests/golden/README.md):
 #  * weights and inputs are in the case's dtype (f32, bf16, f16 cases:
 #    drawn in float64, rounded to that dtype, and the truth computed in
