@@ -409,6 +409,51 @@ static void run_train_all(attnc_backend be)
 static void test_golden_train_tcc(void **state) { (void)state; run_train_all(ATTNC_BACKEND_TCC); }
 static void test_golden_train_cc(void **state) { (void)state; run_train_all(ATTNC_BACKEND_CC); }
 
+/* dropout=0 is no dropout: on one training case's tensors, a train
+ * dropout=0 kernel's out through attnc_grad (seed 5) and attnc_run (seed
+ * 6) equals the forward-only kernel's to 1e-12, on both backends. */
+static void test_golden_dropout_zero(void **state)
+{
+  (void)state;
+  static const char *const SPECS[2] = { "mha x=2,6,16 heads=2 train dropout=0 dtype=f64", "mha x=2,6,16 heads=2 dtype=f64" };
+  attnc_safetensors *f = open_golden("train_dropout_weights");
+  attnc_tensor dout;
+  assert_int_equal(attnc_st_find(f, "dout", &dout), ATTNC_OK);
+  for (int be = 0; be < 2; be++) {
+    double *outs[3];
+    size_t n = 0, where;
+    for (int r = 0; r < 3; r++) {
+      attnc_options o = { be ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC, 0, "spec", ATTNC_FORM_FAST };
+      attnc_error e;
+      attnc_kernel *k = attnc_compile(SPECS[r == 2], &o, &e);
+      attnc_bindings *b;
+      attnc_tensor out;
+      int nb;
+      if (!k) fprintf(stderr, "%s: %s\n", SPECS[r == 2], e.message);
+      assert_non_null(k);
+      b = attnc_bindings_new(k);
+      assert_non_null(b);
+      assert_int_equal(attnc_bind_safetensors(b, f, NULL, &nb, &e), ATTNC_OK);
+      assert_int_equal(attnc_output_shape(b, &out, &e), ATTNC_OK);
+      out.data = calloc(2 * 6 * 16, sizeof(double));
+      assert_non_null(out.data);
+      if (r < 2) assert_int_equal(attnc_bindings_set_seed(b, 5 + (uint64_t)r, &e), ATTNC_OK);
+      if (r == 0) assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+      else assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+      outs[r] = tu_to_double(&out, &n);
+      free(out.data);
+      attnc_bindings_free(b);
+      attnc_release(k);
+    }
+    for (int r = 0; r < 2; r++)
+      if (tu_compare(outs[r], outs[2], n, 1e-12 * rms(outs[2], n), 1e-12, &where) > 1)
+        fail_msg("dropout=0 (%s): out element %zu is %.17g, without dropout %.17g", r ? "attnc_run" : "attnc_grad", where,
+                 outs[r][where], outs[2][where]);
+    for (int r = 0; r < 3; r++) free(outs[r]);
+  }
+  attnc_st_close(f);
+}
+
 /* ---- the float64 reference against the training data ----------------------- */
 
 static const struct train_case *find_case(const struct train_case *cs, int n, const char *name)
@@ -617,6 +662,7 @@ int main(void)
     cmocka_unit_test(test_golden_plain_tcc),
     cmocka_unit_test(test_golden_plain_cc),
     cmocka_unit_test(test_golden_reference_train),
+    cmocka_unit_test(test_golden_dropout_zero),
     cmocka_unit_test(test_golden_train_tcc),
     cmocka_unit_test(test_golden_train_cc),
   };
