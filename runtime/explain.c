@@ -192,6 +192,24 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
     } else {
       put(&t, "memory:\n  weights %.0f bytes, inputs %.0f bytes, scratch %.0f bytes\n", weights, inputs, scratch);
     }
+    if (g.train) {
+      /* NAME_backward: the forward again (logits twice: once for lse and o,
+       * once per key in the backward), then dv, dp, dq, dk over the same
+       * pairs, and dW, dx for each projection (twice its forward) */
+      const double sl = g.global ? 1 : Sq, rows_o = g.core ? 0 : rows_out;
+      double bw = total + scores + 4 * scores + 2 * (proj + gate + outp), bytes;
+      bytes = 2 * nb * H * Sq * C + 4 * nb * G * Sk * C + 2 * nb * H * sl * C + nb * H * sl + Sk;
+      if (g.global) bytes += 2 * nb * H * C + nb;
+      if (!g.core) {
+        bytes += 2 * rows_x * H * C + 4 * rows_kv * G * C + 2 * rows_o * H * C;
+        if (g.gated) bytes += 3 * rows_x * H * C;
+        if (g.pe) bytes += rows_x * (double)g.c_in + rows_kv * (g.self ? 2.0 * (double)g.c_in : (double)g.c_kv);
+      }
+      bytes *= (double)es;
+      put(&t, "backward (train%s): %.0f FLOPs (%.3f GFLOP), the forward recomputed included; scratch %.0f bytes,\n"
+              "  O(S): projections, heads, their gradients and one lse per query row, no Sq x Sk buffer\n",
+          g.dropout > 0 ? ", dropout" : "", bw, bw / 1e9, bytes);
+    }
     put(&t, "  arithmetic intensity %.2f FLOP/byte (over weights + inputs%s + output)\n",
         total / (weights + inputs + cache + rows_out * (g.core ? 1 : (double)g.c_in) * (double)es + 1e-300),
         g.has_cache ? " + cache" : "");
