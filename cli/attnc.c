@@ -31,11 +31,12 @@ static const char *USAGE =
   "\n"
   "commands:\n"
   "  run      load weights and inputs from safetensors, run the kernel, write out\n"
+  "  grad     forward and backward (train): out and the gradient of every tensor\n"
   "  check    random weights and inputs vs the float64 reference\n"
   "  gen      write NAME.c and NAME.h for an ahead-of-time build\n"
   "  show     print the generated C (or its header, or a diff between two specs)\n"
   "  explain  canonical spec, tensors, bytes, FLOPs, scratch, arithmetic intensity\n"
-  "  bench    time the kernel\n"
+  "  bench    time the kernel (--grad: forward plus backward)\n"
   "  quantize int8 projection weights with per-row scales (no SPEC)\n"
   "  cache    list or clean the cc backend's kernel cache: attnc cache list|clean\n"
   "\n"
@@ -62,7 +63,10 @@ struct cli {
   const char *dim_names[MAX_DIMS];
   int64_t dim_values[MAX_DIMS];
   int ndims;
-  unsigned long seed;
+  unsigned long seed;           /* check: the data seed */
+  unsigned long long dropout_seed; /* run, grad: the dropout seed of a train spec (seed_given) */
+  int seed_given, grad;
+  const char *dout;             /* grad: the file holding the tensor dout */
   int print_name, header, json, threads, runs, plain, allow_unused, quiet;
   long warmup_ms; /* bench: warm up this long (-1: the default) */
   long cache_len;  /* bench: positions already filled (-1: not given) */
@@ -120,7 +124,7 @@ static const char *help_for(const char *cmd)
            "          spec-KEY.idx); any other file in the folder is left alone\n";
   if (strcmp(cmd, "run") == 0)
     return "usage: attnc run SPEC --tensors FILE... --out FILE [--prefix P] [--dim NAME=N]...\n"
-           "                [--backend tcc|cc] [--threads N] [--plain] [--save-attn FILE]\n"
+           "                [--backend tcc|cc] [--threads N] [--plain] [--seed N] [--save-attn FILE]\n"
            "                [--heatmap FILE.svg [--batch N]]\n"
            "Binds weights and inputs by name from safetensors files (linear_q.weight, q_proj.weight,\n"
            "in_proj_weight, ...; inputs x, kv, bias, mask, q, k, v), infers named dims from the\n"
@@ -142,6 +146,9 @@ static const char *help_for(const char *cmd)
            "                      ATTNC_BACKEND, else tcc\n"
            "  --threads N         threads for the run (default ATTNC_THREADS, else all CPUs)\n"
            "  --plain             run the plain form (one thread, one function per step)\n"
+           "  --seed N            the dropout seed (0 .. 2^64-1, default 0) of a spec with\n"
+           "                      train dropout=P: the same seed drops the same probabilities\n"
+           "                      on every backend, form and thread count\n"
            "  --quiet             print nothing on success (else one line on stderr: kernel,\n"
            "                      dims, outputs, milliseconds)\n"
            "  --allow-unused      ignore inputs the spec does not read (kv, mask, bias, ...):\n"
@@ -159,7 +166,9 @@ static const char *help_for(const char *cmd)
            "Compiles the kernel, runs it on random weights and inputs and compares the output with\n"
            "the float64 reference; prints the canonical spec and the max error against the tolerance.\n"
            "  --dim NAME=N        size of a named dim (unset ones are 7)\n"
-           "  --seed N            random seed (default 0): the same seed gives the same data\n"
+           "  --seed N            the seed of the random data (default 0): the same seed gives\n"
+           "                      the same data; here it is not the dropout seed (run and grad\n"
+           "                      take that), and a train spec's dropout uses seed 0\n"
            "  --backend tcc|cc    the backend to check (default ATTNC_BACKEND, else tcc)\n"
            "  --threads N         threads for the run\n"
            "  --plain             check the plain form instead of the fast one\n"
@@ -177,14 +186,39 @@ static const char *help_for(const char *cmd)
            "  --plain             write the plain form: one function per step, one thread\n"
            "docs/aot.md has Makefile and CMake rules; docs/api.md the calling convention.\n";
   if (strcmp(cmd, "show") == 0)
-    return "usage: attnc show SPEC [--plain] [--header] [--diff SPEC2]\n"
+    return "usage: attnc show SPEC [--plain] [--grad] [--header] [--diff SPEC2]\n"
            "Prints the generated C that runs: a banner with the canonical spec, every buffer with\n"
            "its shape, and each step named after the math, in phases, tiles and primitives.\n"
            "  --plain             print the plain form instead: the algorithm of exactly this\n"
            "                      spec, one function per step, one thread (it computes the same)\n"
+           "  --grad              the kernel with its backward pass: train is added to SPEC\n"
+           "                      (and SPEC2) when absent, and NAME_backward is in the source\n"
            "  --header            print the header (NAME.h) instead\n"
            "  --diff SPEC2        print what changes in the generated code from SPEC to SPEC2 (e.g.\n"
            "                      mha -> gqa, ungated -> gated) as a unified diff; SPEC2 may be @FILE\n";
+  if (strcmp(cmd, "grad") == 0)
+    return "usage: attnc grad SPEC --tensors FILE... --dout FILE --out FILE [--prefix P] [--seed N]\n"
+           "                 [--dim NAME=N]... [--backend tcc|cc] [--threads N] [--plain]\n"
+           "Forward and backward of SPEC (train is implied: added to the spec when absent).\n"
+           "Binds weights and inputs as run does, reads the gradient of `out` as the tensor\n"
+           "`dout` (out's shape, any float dtype), and writes to --out the tensor `out` (and\n"
+           "`lse`, `attn` when the spec asks for them) and, for every differentiable tensor it\n"
+           "bound (x, kv, q, k, v, bias, sinks, each weight and projection bias; not the mask,\n"
+           "positions or rope_freqs), `grad.NAME`, NAME exactly as read (prefix included):\n"
+           "the tensor's shape (in_proj_weight whole), in the kernel's dtype (F32, or F64 with\n"
+           "dtype=f64), whatever dtype the tensor had.\n"
+           "  --tensors FILE      a safetensors file of weights and/or inputs; repeat for more files\n"
+           "  --dout FILE         a safetensors file holding the tensor `dout`\n"
+           "  --out FILE          the safetensors file to write (replaced atomically)\n"
+           "  --prefix P          take weights named P + name, as run does\n"
+           "  --seed N            the dropout seed (0 .. 2^64-1, default 0) of a spec with\n"
+           "                      dropout=P: use the seed of the forward the gradient is for\n"
+           "  --dim NAME=N        set a named dim instead of inferring it from the inputs\n"
+           "  --backend tcc|cc    default ATTNC_BACKEND, else tcc\n"
+           "  --threads N         threads (the backward runs on one; the run's forward on N)\n"
+           "  --plain             the plain form\n"
+           "  --quiet             print nothing on success\n"
+           "  --allow-unused      ignore inputs the spec does not read, as run does\n";
   if (strcmp(cmd, "quantize") == 0)
     return "usage: attnc quantize --tensors FILE... --out FILE [--prefix P]\n"
            "Writes every projection weight it recognises (a 2-D float tensor whose name ends with\n"
@@ -203,7 +237,7 @@ static const char *help_for(const char *cmd)
            "  --dim NAME=N        size of a named dim; bytes and FLOPs need every named dim\n";
   if (strcmp(cmd, "bench") == 0)
     return "usage: attnc bench SPEC [--dim NAME=N]... [--backend tcc|cc] [--threads N] [--runs N] [--plain]\n"
-           "                  [--warmup-ms MS] [--cache-len N] [--json]\n"
+           "                  [--warmup-ms MS] [--cache-len N] [--grad] [--json]\n"
            "Times the kernel on random data: median and minimum of the timed runs after the warm-up\n"
            "runs, GFLOP/s (the FLOPs of explain; with causal or window masks also over the\n"
            "unmasked pairs alone), compile time and scratch bytes.\n"
@@ -220,8 +254,20 @@ static const char *help_for(const char *cmd)
            "                      N + Sq must fit in CAP (e.g. --dim S=1 --dim CAP=4096).  The\n"
            "                      unmasked GFLOP/s count the pairs a run attends: N + i + 1 keys\n"
            "                      for query i\n"
+           "  --grad              time forward plus backward (train is added to SPEC when\n"
+           "                      absent): the median is of one attnc_grad, the pair, which\n"
+           "                      runs the forward again; forward_ms is the median of attnc_run\n"
+           "                      on the same train kernel, backward_ms the pair's median minus\n"
+           "                      it (the backward runs on the calling thread: --threads speeds\n"
+           "                      up the forward alone).  gflops: explain's backward FLOPs (the\n"
+           "                      forward recomputed included) over median_ms; forward_gflops:\n"
+           "                      the forward's over forward_ms.  grad_bytes: the gradient\n"
+           "                      buffers the bindings hold (one per grad slot, the in_proj_*\n"
+           "                      stacks, a converted dout); grad_scratch_bytes: what the\n"
+           "                      backward allocates besides them (NAME_backward_bytes: O(S))\n"
            "  --json              print one JSON object instead of text (a cache spec adds\n"
-           "                      cache_len and cap)\n";
+           "                      cache_len and cap; --grad adds forward_ms, backward_ms,\n"
+           "                      forward_gflops, grad_bytes and grad_scratch_bytes)\n";
   return NULL;
 }
 
@@ -307,10 +353,19 @@ static int parse_args(struct cli *c, int argc, char **argv)
       c->batch = n; i++;
     }
     else if (strcmp(a, "-o") == 0 && v) { c->outdir = v; i++; }
-    else if (strcmp(a, "--seed") == 0 && v) {
+    else if (strcmp(a, "--seed") == 0 && v && strcmp(c->cmd, "check") == 0) { /* the data seed */
       if (parse_count(a, v, 0, 2147483647L, &n) != 0) return 2;
       c->seed = (unsigned long)n; i++;
-    } else if (strcmp(a, "--runs") == 0 && v) {
+    } else if (strcmp(a, "--seed") == 0 && v) { /* the dropout seed: 64 bits */
+      char *end;
+      errno = 0;
+      c->dropout_seed = strtoull(v, &end, 10);
+      if (errno || end == v || *end || v[0] == '-' || v[0] == '+' || isspace((unsigned char)v[0])) {
+        fprintf(stderr, "attnc: error: --seed needs a whole number from 0 to 18446744073709551615, got '%s'\n", v);
+        return 2;
+      }
+      c->seed_given = 1; i++;
+    } else if (strcmp(a, "--dout") == 0 && v) { c->dout = v; i++; } else if (strcmp(a, "--runs") == 0 && v) {
       if (parse_count(a, v, 1, 1000000L, &n) != 0) return 2;
       c->runs = (int)n; i++;
     } else if (strcmp(a, "--warmup-ms") == 0 && v) {
@@ -338,6 +393,7 @@ static int parse_args(struct cli *c, int argc, char **argv)
     } else if (strcmp(a, "--print-name") == 0) c->print_name = 1;
     else if (strcmp(a, "--header") == 0) c->header = 1;
     else if (strcmp(a, "--json") == 0) c->json = 1;
+    else if (strcmp(a, "--grad") == 0) c->grad = 1;
     else if (strcmp(a, "--plain") == 0) c->plain = 1;
     else if (strcmp(a, "--allow-unused") == 0) c->allow_unused = 1;
     else if (strcmp(a, "--name") == 0 && v) { c->name = v; i++; }
@@ -357,6 +413,32 @@ static int compile_spec(struct cli *c, attnc_kernel **k)
   attnc_error e;
   *k = attnc_compile(c->spec, &o, &e);
   if (!*k) { print_error(&e); return 1; }
+  return 0;
+}
+
+/* grad, bench --grad, show --grad: train is implied.  When the spec's
+ * canonical form lacks it, *spec becomes the spec with a last line
+ * "train" (a line of its own, so that a trailing # comment cannot swallow
+ * it; positions in the rest stay as written).  0, 1 for a spec error
+ * (printed), or 2 when train cannot be added (printed, said so). */
+static int imply_train(char **spec, const char *spec_name)
+{
+  attnc_options o = { ATTNC_BACKEND_DEFAULT, 0, spec_name, ATTNC_FORM_FAST };
+  attnc_error e;
+  char canon[8192], *with;
+  if (attnc_spec_canonical(*spec, &o, canon, sizeof canon, &e) != ATTNC_OK) { print_error(&e); return 1; }
+  if (strstr(canon, " train=true")) return 0;
+  if (!(with = malloc(strlen(*spec) + 8))) { fprintf(stderr, "attnc: error: out of memory\n"); return 1; }
+  sprintf(with, "%s\ntrain", *spec);
+  if (attnc_spec_canonical(with, &o, canon, sizeof canon, &e) != ATTNC_OK) {
+    /* the error is about the train this command added, not the text written */
+    fprintf(stderr, "attnc: error: %s: the gradients need the key train, which this command adds, and it does "
+                    "not fit this spec: %s\n", spec_name, e.message);
+    free(with);
+    return 1;
+  }
+  free(*spec);
+  *spec = with;
   return 0;
 }
 
@@ -468,6 +550,7 @@ static int cmd_show(struct cli *c)
   attnc_options o = { c->backend, c->threads, c->spec_name, form_of(c) };
   attnc_error e;
   char *src = NULL, *hdr = NULL;
+  if (c->grad && imply_train(&c->spec, c->spec_name)) return 1;
   if (attnc_generate(c->spec, &o, &src, &hdr, &e) != ATTNC_OK) { print_error(&e); return 1; }
   if (c->diff) {
     struct cli d;
@@ -476,6 +559,7 @@ static int cmd_show(struct cli *c)
     int rc;
     memset(&d, 0, sizeof d);
     if ((rc = set_spec(&d, c->diff)) != 0) { free(src); free(hdr); return rc; }
+    if (c->grad && imply_train(&d.spec, d.spec_name)) { free(src); free(hdr); free(d.spec); return 1; }
     o.spec_name = d.spec_name;
     if (attnc_generate(d.spec, &o, &src2, &hdr2, &e) != ATTNC_OK) {
       print_error(&e);
@@ -799,6 +883,23 @@ done:
 
 static double now_ms(void);
 
+/* --seed: the dropout seed, for a spec that drops anything; elsewhere it
+ * would change nothing, which a caller passing it would not expect.
+ * 0, or 1 (printed). */
+static int set_seed(struct cli *c, attnc_bindings *b)
+{
+  attnc_error e;
+  if (!c->seed_given) return 0;
+  if (!(b->k->gen.dropout > 0)) {
+    fprintf(stderr, "attnc: error: --seed is the dropout seed, and this spec drops nothing (it has no dropout=P%s): "
+                    "drop --seed, or add %sdropout=P to the spec\n", b->k->gen.train ? "" : ", nor train",
+            b->k->gen.train ? "" : "train ");
+    return 1;
+  }
+  if (attnc_bindings_set_seed(b, (uint64_t)c->dropout_seed, &e) != ATTNC_OK) { print_error(&e); return 1; }
+  return 0;
+}
+
 static int cmd_run(struct cli *c)
 {
   double ran_ms = 0;
@@ -825,7 +926,7 @@ static int cmd_run(struct cli *c)
     files[i] = attnc_st_open(c->files[i], &e);
     if (!files[i]) { print_error(&e); goto done; }
   }
-  if (bind_inputs(c, b, files) || copy_caches(b, &cc)) goto done;
+  if (bind_inputs(c, b, files) || copy_caches(b, &cc) || set_seed(c, b)) goto done;
   if (attnc_output_shape(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
   /* the weights first, so that a --batch out of range writes no file */
   if ((c->save_attn || c->heatmap) && kernel_weights(c, k, files, &w, c->heatmap ? &vis : NULL, &wrank, wshape)) goto done;
@@ -939,6 +1040,117 @@ done:
   free(out.data);
   caches_free(&cc);
   for (i = 0; i < c->nfiles; i++) attnc_st_close(files[i]);
+  attnc_bindings_free(b);
+  attnc_release(k);
+  return rc;
+}
+
+/* ---- grad ---- */
+
+/* The name a bound tensor was read under: of the --tensors entries that
+ * attnc_bind_safetensors binds as `key` (P + key, or an input's bare
+ * name), the last one, as the last one bound wins.  key itself if none. */
+static const char *name_as_read(const struct cli *c, attnc_safetensors **files, const char *key)
+{
+  const size_t plen = c->prefix ? strlen(c->prefix) : 0;
+  const char *found = key;
+  size_t j;
+  int f;
+  for (f = 0; f < c->nfiles; f++)
+    for (j = 0; j < attnc_st_count(files[f]); j++) {
+      const char *name = attnc_st_name(files[f], j), *k2 = name;
+      if (plen && strncmp(name, c->prefix, plen) == 0) k2 = name + plen;
+      else if (plen && (attnc_slot_is_weight(attnc_bindings_lookup_name(name)) || attnc_bindings_lookup_name(name) <= -2))
+        continue; /* a weight outside the prefix: not bound */
+      if (strcmp(k2, key) == 0) found = name;
+    }
+  return found;
+}
+
+static int cmd_grad(struct cli *c)
+{
+  attnc_kernel *k = NULL;
+  attnc_bindings *b = NULL;
+  attnc_safetensors *files[MAX_FILES], *df = NULL;
+  attnc_tensor outs[3 + ATTNC_SLOT_COUNT], dout;
+  const char *names[3 + ATTNC_SLOT_COUNT] = { "out", "lse", "attn" };
+  char *gnames[ATTNC_SLOT_COUNT];
+  attnc_error e;
+  double ms = 0;
+  int i, o, n_out = 1, n_alloc = 0, ng = 0, rc = 1;
+  memset(files, 0, sizeof files);
+  memset(outs, 0, sizeof outs);
+  memset(gnames, 0, sizeof gnames);
+  if (c->nfiles == 0) return fail("grad needs --tensors FILE (weights and inputs)%s", "");
+  if (!c->dout) return fail("grad needs --dout FILE, a safetensors file holding the tensor dout (the gradient of out)%s", "");
+  if (!c->out) return fail("grad needs --out FILE%s", "");
+  if (imply_train(&c->spec, c->spec_name) || compile_spec(c, &k)) return 1;
+  if (!(b = attnc_bindings_new(k))) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+  for (i = 0; i < c->nfiles; i++)
+    if (!(files[i] = attnc_st_open(c->files[i], &e))) { print_error(&e); goto done; }
+  if (!(df = attnc_st_open(c->dout, &e))) { print_error(&e); goto done; }
+  if (bind_inputs(c, b, files) || set_seed(c, b)) goto done;
+  if (attnc_output_shape(b, &outs[0], &e) != ATTNC_OK) { print_error(&e); goto done; }
+  if (attnc_st_find(df, "dout", &dout) != ATTNC_OK) {
+    char shape[256];
+    attnc_bindings_shape_text(outs[0].shape, outs[0].rank, shape, sizeof shape);
+    fprintf(stderr, "attnc: error: %s holds no tensor 'dout': store the gradient of out there under that name, "
+                    "shape %s, any float dtype\n", c->dout, shape);
+    goto done;
+  }
+  for (o = 1; o < 3; o++) /* lse with the key lse, attn with weights_out */
+    if (attnc_output_info(b, names[o], &outs[n_out], &e) == ATTNC_OK) names[n_out++] = names[o];
+  for (o = 0; o < n_out; o++, n_alloc++) {
+    size_t n = attnc_dtype_size(outs[o].dtype);
+    for (i = 0; i < outs[o].rank; i++) n *= (size_t)outs[o].shape[i];
+    if (!(outs[o].data = malloc(n ? n : 1))) {
+      fprintf(stderr, "attnc: error: out of memory for the output %s (%zu bytes)\n", names[o], n);
+      goto done;
+    }
+    if (o > 0 && attnc_bind_output(b, names[o], &outs[o], &e) != ATTNC_OK) { print_error(&e); goto done; }
+  }
+  {
+    const double t0 = now_ms();
+    if (attnc_grad(b, &outs[0], &dout, &e) != ATTNC_OK) {
+      if (strstr(e.message, "dout")) fprintf(stderr, "attnc: error: %s: %s\n", c->dout, e.message);
+      else print_error(&e);
+      goto done;
+    }
+    ms = now_ms() - t0;
+  }
+  { /* grad.NAME for every gradient, NAME as the files spell it */
+    const char *key;
+    for (i = 0; (key = attnc_grad_name(b, i)) != NULL && ng < ATTNC_SLOT_COUNT; i++) {
+      const char *read = name_as_read(c, files, key);
+      if (!(gnames[ng] = malloc(strlen(read) + 6))) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+      sprintf(gnames[ng], "grad.%s", read);
+      if (attnc_grad_get(b, key, &outs[n_out], &e) != ATTNC_OK) { print_error(&e); goto done; }
+      names[n_out++] = gnames[ng++];
+    }
+  }
+  if (attnc_st_write(c->out, (size_t)n_out, names, outs, &e) != ATTNC_OK) { print_error(&e); goto done; }
+  if (!c->quiet) {
+    const attnc_gen *g = &b->k->gen;
+    const int64_t *dv = attnc_bindings_dims(b);
+    char line[2048];
+    size_t len = (size_t)snprintf(line, sizeof line, "attnc: forward and backward of %s (%s, %s)", g->name,
+                                  attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc", c->plain ? "plain form" : "fast form");
+    for (i = 0; i < g->ndims && len < sizeof line; i++)
+      len += (size_t)snprintf(line + len, sizeof line - len, "%s%s=%lld", i ? " " : ", dims ", g->dim_names[i], (long long)dv[i]);
+    for (o = 0; o < n_out && len < sizeof line; o++) {
+      char shape[256];
+      attnc_bindings_shape_text(outs[o].shape, outs[o].rank, shape, sizeof shape);
+      len += (size_t)snprintf(line + len, sizeof line - len, "%s%s %s", o ? ", " : "; wrote ", names[o], shape);
+    }
+    if (len < sizeof line) snprintf(line + len, sizeof line - len, " to %s in %.2f ms", c->out, ms);
+    fprintf(stderr, "%s\n", line);
+  }
+  rc = 0;
+done:
+  for (o = 0; o < n_alloc; o++) free(outs[o].data);
+  for (i = 0; i < ng; i++) free(gnames[i]);
+  for (i = 0; i < c->nfiles; i++) attnc_st_close(files[i]);
+  attnc_st_close(df);
   attnc_bindings_free(b);
   attnc_release(k);
   return rc;
@@ -1164,6 +1376,10 @@ static int cmd_bench(struct cli *c)
   char *text = NULL;
   struct caches cc;
   int64_t cache_len = 0, sq = 0, cap = 0;
+  /* --grad: dout, the forward's own median, the pair's FLOPs */
+  attnc_tensor dout;
+  double forward_ms = 0, *ftimes = NULL, pair_flops = 0;
+  memset(&dout, 0, sizeof dout);
   memset(&cc, 0, sizeof cc);
   memset(&out, 0, sizeof out);
   memset(&co, 0, sizeof co);
@@ -1172,6 +1388,9 @@ static int cmd_bench(struct cli *c)
   co.ndims = c->ndims;
   co.default_dim = 128;
   co.mask_keep = 0.9;
+  if (c->grad && c->cache_len >= 0)
+    return fail("--grad times training, and --cache-len decoding: a spec with a cache trains nothing; drop one of them%s", "");
+  if (c->grad && imply_train(&c->spec, c->spec_name)) return 1;
   t0 = now_ms();
   if (compile_spec(c, &k)) return 1;
   compile_ms = now_ms() - t0;
@@ -1209,6 +1428,20 @@ static int cmd_bench(struct cli *c)
     out.data = posix_memalign(&mem, 64, n + 1) == 0 ? mem : NULL;
     times = malloc(sizeof(double) * (size_t)runs);
     if (!out.data || !times) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+    if (c->grad) { /* dout: random values of out's shape and dtype, as the inputs */
+      uint64_t rng = 0x9E3779B97F4A7C15ULL;
+      size_t j, m = n / attnc_dtype_size(out.dtype);
+      dout = out;
+      ftimes = malloc(sizeof(double) * (size_t)runs);
+      dout.data = posix_memalign(&mem, 64, n + 1) == 0 ? mem : NULL;
+      if (!dout.data || !ftimes) { fprintf(stderr, "attnc: error: out of memory\n"); goto done; }
+      for (j = 0; j < m; j++) {
+        double u;
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        u = (double)(rng >> 11) / 9007199254740992.0 * 2 - 1;
+        attnc_convert(&u, ATTNC_F64, (char *)dout.data + j * attnc_dtype_size(out.dtype), out.dtype, 1);
+      }
+    }
     for (i = 0; i < 2; i++) { /* the other outputs the spec asks for (lse, attn): written every run too */
       static const char *const extra[2] = { "lse", "attn" };
       size_t m = sizeof(float);
@@ -1226,7 +1459,7 @@ static int cmd_bench(struct cli *c)
    * that start-up, not the kernel. */
   t0 = now_ms();
   do {
-    if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+    if ((c->grad ? attnc_grad(b, &out, &dout, &e) : attnc_run(b, &out, &e)) != ATTNC_OK) { print_error(&e); goto done; }
     warmups++;
   } while (now_ms() - t0 < (double)warmup_ms);
   /* busy = CPU time over wall time of the timed runs: about the thread
@@ -1236,7 +1469,7 @@ static int cmd_bench(struct cli *c)
   wall0 = now_ms();
   for (i = 0; i < runs; i++) {
     t0 = now_ms();
-    if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+    if ((c->grad ? attnc_grad(b, &out, &dout, &e) : attnc_run(b, &out, &e)) != ATTNC_OK) { print_error(&e); goto done; }
     times[i] = now_ms() - t0;
   }
   {
@@ -1244,6 +1477,15 @@ static int cmd_bench(struct cli *c)
     busy = cpu / (wall > 0 ? wall : 1);
   }
   qsort(times, (size_t)runs, sizeof(double), cmp_double);
+  if (c->grad) { /* the forward alone: attnc_run of the same train kernel, as many runs */
+    for (i = 0; i < runs; i++) {
+      t0 = now_ms();
+      if (attnc_run(b, &out, &e) != ATTNC_OK) { print_error(&e); goto done; }
+      ftimes[i] = now_ms() - t0;
+    }
+    qsort(ftimes, (size_t)runs, sizeof(double), cmp_double);
+    forward_ms = ftimes[runs / 2];
+  }
   {
     const char *names[64];
     int64_t dims[64];
@@ -1255,6 +1497,9 @@ static int cmd_bench(struct cli *c)
       flops = strtod(line + 7, NULL);
       /* causal and window: the FLOPs of the pairs the masks leave */
       if ((line = strstr(text, "  unmasked total")) != NULL) flops_unmasked = strtod(line + 16, NULL);
+      /* a train spec: the backward's FLOPs, the forward it recomputes included */
+      if ((line = strstr(text, "\nbackward (train")) != NULL && (line = strstr(line, "): ")) != NULL)
+        pair_flops = strtod(line + 3, NULL);
       if (g->has_cache) {
         /* the pairs a run with cache_len = N attends to: query i sees keys
          * 0 .. N + i (window and mask not subtracted) */
@@ -1267,6 +1512,12 @@ static int cmd_bench(struct cli *c)
   }
   {
     double med = times[runs / 2];
+    /* --grad: GFLOP/s are the pair's FLOPs (explain's backward, which
+     * recomputes the forward) over the pair's time; the unmasked ones, the
+     * forward's over the forward's time */
+    const double rate_ms = c->grad ? forward_ms : med;
+    const long grad_bytes = attnc_bindings_grad_bytes(b), grad_scratch = attnc_bindings_grad_scratch_bytes(b);
+    char grad[400] = "";
     const char *be = attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc";
     int threads = attnc_bindings_threads(b);
     long scratch = attnc_bindings_scratch_bytes(b);
@@ -1274,25 +1525,36 @@ static int cmd_bench(struct cli *c)
     char unmasked[160] = "";
     if (c->json) {
       if (flops_unmasked > 0)
-        snprintf(unmasked, sizeof unmasked, "\"gflops_unmasked\": %.3f, ", flops_unmasked / (med * 1e6));
+        snprintf(unmasked, sizeof unmasked, "\"gflops_unmasked\": %.3f, ", flops_unmasked / (rate_ms * 1e6));
       if (g->has_cache)
         snprintf(unmasked + strlen(unmasked), sizeof unmasked - strlen(unmasked), "\"cache_len\": %lld, \"cap\": %lld, ",
                  (long long)cache_len, (long long)cap);
-      printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"gflops\": %.3f, %s\"compile_ms\": %.3f, \"backend\": \"%s\", "
+      if (c->grad)
+        snprintf(grad, sizeof grad, "\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"forward_gflops\": %.3f, "
+                 "\"grad_bytes\": %ld, \"grad_scratch_bytes\": %ld, ", forward_ms, med - forward_ms,
+                 flops / (forward_ms * 1e6), grad_bytes, grad_scratch);
+      printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"gflops\": %.3f, %s%s\"compile_ms\": %.3f, \"backend\": \"%s\", "
              "\"threads\": %d, \"runs\": %d, \"warmups\": %ld, \"busy_cpus\": %.2f, \"isa\": \"%s\", "
              "\"scratch_bytes\": %ld, \"canonical\": \"%s\"}\n",
-             med, times[0], flops / (med * 1e6), unmasked, compile_ms, be, threads, runs, warmups, busy, isa, scratch,
+             med, times[0], (c->grad ? pair_flops : flops) / (med * 1e6), unmasked, grad, compile_ms, be, threads, runs,
+             warmups, busy, isa, scratch,
              attnc_canonical(k));
     } else {
       if (flops_unmasked > 0)
-        snprintf(unmasked, sizeof unmasked, " (%.2f over the unmasked pairs)", flops_unmasked / (med * 1e6));
+        snprintf(unmasked, sizeof unmasked, " (%.2f over the unmasked pairs)", flops_unmasked / (rate_ms * 1e6));
       if (g->has_cache)
         snprintf(unmasked + strlen(unmasked), sizeof unmasked - strlen(unmasked), ", cache_len %lld of CAP %lld",
                  (long long)cache_len, (long long)cap);
-      printf("%s\nbackend %s (%s primitives), %d thread%s: median %.3f ms (min %.3f, %d runs after %ld warm-up), "
-             "%.2f GFLOP/s%s, compile %.2f ms, scratch %ld bytes\n",
-             attnc_canonical(k), be, isa, threads, threads == 1 ? "" : "s", med, times[0], runs, warmups,
-             flops / (med * 1e6), unmasked, compile_ms, scratch);
+      if (c->grad) {
+        snprintf(grad, sizeof grad, "forward and backward: median %.3f ms (min %.3f) = forward %.3f + backward %.3f, "
+                 "%.2f GFLOP/s; gradients %ld bytes, backward scratch %ld bytes\n",
+                 med, times[0], forward_ms, med - forward_ms, pair_flops / (med * 1e6), grad_bytes, grad_scratch);
+      }
+      printf("%s\nbackend %s (%s primitives), %d thread%s: %s%s %.3f ms (min %.3f, %d runs after %ld warm-up), "
+             "%.2f GFLOP/s%s, compile %.2f ms, scratch %ld bytes\n%s",
+             attnc_canonical(k), be, isa, threads, threads == 1 ? "" : "s", c->grad ? "forward" : "median",
+             c->grad ? " median" : "", c->grad ? forward_ms : med, c->grad ? ftimes[0] : times[0], runs, warmups,
+             flops / (rate_ms * 1e6), unmasked, compile_ms, scratch, grad);
     }
   }
   rc = 0;
@@ -1302,7 +1564,9 @@ done:
   free(outs[0].data);
   free(outs[1].data);
   free(out.data);
+  free(dout.data);
   free(times);
+  free(ftimes);
   free(text);
   attnc_bindings_free(b);
   attnc_release(k);
@@ -1312,7 +1576,7 @@ done:
 /* The command nearest to a mistyped one (at most 2 edits), or NULL. */
 static const char *nearest_command(const char *cmd)
 {
-  static const char *const cmds[] = { "run", "check", "gen", "show", "quantize", "explain", "bench", "cache" };
+  static const char *const cmds[] = { "run", "grad", "check", "gen", "show", "quantize", "explain", "bench", "cache" };
   const char *best = NULL;
   int best_d = 3;
   size_t i;
@@ -1415,6 +1679,17 @@ int main(int argc, char **argv)
     free(c.spec);
     return rc < 0 ? 0 : rc; /* -1: --help was printed */
   }
+  if (c.grad && strcmp(c.cmd, "show") != 0 && strcmp(c.cmd, "bench") != 0) {
+    fprintf(stderr, "attnc: error: --grad is for show and bench%s\n",
+            strcmp(c.cmd, "run") == 0 ? "; attnc grad SPEC --tensors FILE... --dout FILE --out FILE computes gradients" : "");
+    free(c.spec);
+    return 2;
+  }
+  if (c.dout && strcmp(c.cmd, "grad") != 0) {
+    fprintf(stderr, "attnc: error: --dout is for grad (the gradient of out)\n");
+    free(c.spec);
+    return 2;
+  }
   if (strcmp(c.cmd, "quantize") == 0) {
     if (c.spec) {
       fprintf(stderr, "attnc: error: quantize takes no SPEC (it reads weights by name)\n%s", help);
@@ -1428,6 +1703,7 @@ int main(int argc, char **argv)
     return 2;
   }
   if (strcmp(c.cmd, "run") == 0) rc = cmd_run(&c);
+  else if (strcmp(c.cmd, "grad") == 0) rc = cmd_grad(&c);
   else if (strcmp(c.cmd, "check") == 0) rc = cmd_check(&c);
   else if (strcmp(c.cmd, "gen") == 0) rc = cmd_gen(&c);
   else if (strcmp(c.cmd, "show") == 0) rc = cmd_show(&c);

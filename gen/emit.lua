@@ -237,14 +237,18 @@ function M.emit(p, form)
     env.convert = convert_env(p, env, M.widened(p))
     env.dropout_c = p.dropout and render("dropout.c.tmpl", env) or ""
     source = render("plain.c.tmpl", env)
-    if p.train then source = source .. render("backward.c.tmpl", env) end
+    if p.train then source = source .. render("backward_common.c.tmpl", env) .. render("backward.c.tmpl", env) end
   else
     source = M.fast(p)
     if p.train then
-      -- the backward pass is the plain form's, for both forms
+      -- the backward pass: the plain form's steps and rows, run in
+      -- passes of independent items over the runtime's threads
       local env = require("plain").env(p)
       convert_env(p, env, M.widened(p))
-      source = source .. render("backward.c.tmpl", env)
+      env.HPG = p.HPG
+      env.bias_h_on, env.bias_i_on = p.bias_h and true or false, (p.bias_i and not p.global) and true or false
+      env.use_prims = p.dtype ~= "f64"
+      source = source .. render("backward_common.c.tmpl", env) .. render("fast_backward.c.tmpl", env)
     end
   end
   return source, M.header(p, form == "plain")

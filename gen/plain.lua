@@ -27,6 +27,8 @@ for w in ([[
   project d_project to_heads from_heads rotate row_t row_logit row_forward row_backward philox keep
   d_x d_kv d_q d_k d_v d_o d_og og d_bias d_sinks d_out q_mean n_mean d_q_h d_k_h d_v_h d_o_h d_q_mean D dO sg g_d
   t dp ds dz p m sj l wq wk wv wo seed
+  z z0 it bw bw_row bw_for_items bw_project_item bw_run_project bw_d_input_item bw_d_weight_item bw_run_d_project bw_forward_item bw_dq_item bw_dkv_item bw_row_forward_online for_items project_item run_project d_input_item d_weight_item run_d_project forward_item dq_item dkv_item
+  d_sink_row zeros i_lo i_hi h_lo h_hi j0 j1 jb j_blocks i_blocks r0 r1 nr n1 e1 BW_ROWS BW_KEYS BW_FEATS row_forward_online alpha pd
   narrow1_bf16 narrow1_f16 compute narrow narrow1 widen_bf16 widen_f16 widen1_bf16 widen1_f16 dequant_int8 store_t f32_bits wide n_out err a
 ]]):gmatch("%S+") do TAKEN[w] = true end
 

@@ -182,6 +182,14 @@ const char *attnc_grad_name(const attnc_bindings *b, int i);
  * dtype (F32 or F64), data owned by the bindings.  ATTNC_EMISSING when
  * the last attnc_grad computed none for that name. */
 attnc_status attnc_grad_get(const attnc_bindings *b, const char *name, attnc_tensor *t, attnc_error *err);
+/* Bytes the bindings hold for attnc_grad: the gradient buffers (one per
+ * grad slot the kernel reads, the stacked in_proj_* ones) and dout
+ * converted to the kernel's dtype; 0 before the first attnc_grad. */
+long attnc_bindings_grad_bytes(const attnc_bindings *b);
+/* Bytes the backward of the last attnc_grad allocated for itself and freed
+ * (NAME_backward_bytes: O(S), the forward's lse per row and projection
+ * buffers, never Sq x Sk), besides the gradients; 0 before the first. */
+long attnc_bindings_grad_scratch_bytes(const attnc_bindings *b);
 
 /* ---- names of the kernel's tensors ---- */
 /* Number of dims the spec names (B, S, ...) and their names. */

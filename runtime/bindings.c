@@ -77,6 +77,16 @@ attnc_status attnc_bindings_set_threads(attnc_bindings *b, int threads, attnc_er
   return ATTNC_OK;
 }
 
+attnc_status attnc_bindings_set_seed(attnc_bindings *b, uint64_t seed, attnc_error *err)
+{
+  attnc_err_clear(err);
+  if (!b) return attnc_err_set(err, ATTNC_EARG, "attnc_bindings_set_seed needs bindings");
+  b->seed = seed;
+  return ATTNC_OK;
+}
+
+uint64_t attnc_bindings_seed(const attnc_bindings *b) { return b ? b->seed : 0; }
+
 void attnc_bindings_free(attnc_bindings *b)
 {
   int i;
@@ -84,7 +94,11 @@ void attnc_bindings_free(attnc_bindings *b)
   for (i = 0; i < ATTNC_SLOT_COUNT; i++) {
     free(b->packed[i]);
     free(b->conv[i]);
+    free(b->grad[i]);
   }
+  free(b->grad_stacked[0]);
+  free(b->grad_stacked[1]);
+  free(b->dout_conv);
   free(b->pos[0]);
   free(b->pos[1]);
   free(b->cache_len);
@@ -252,6 +266,7 @@ attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor 
 {
   attnc_err_clear(err);
   if (!b || !name) return attnc_err_set(err, ATTNC_EARG, "attnc_bind needs bindings and a name");
+  b->ngrad = 0; /* the gradients of the last attnc_grad belong to the tensors bound then */
   return bind_named(b, name, t, 0, err);
 }
 
@@ -261,6 +276,7 @@ attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *
   int count = 0;
   attnc_err_clear(err);
   if (!b || !f) return attnc_err_set(err, ATTNC_EARG, "attnc_bind_safetensors needs bindings and a file");
+  b->ngrad = 0;
   n = attnc_st_count(f);
   for (i = 0; i < n; i++) {
     const char *name = attnc_st_name(f, i);

@@ -81,6 +81,7 @@ typedef struct attnc_kernel_fns {
   long (*phase_items)(const attnc_args *args, int phase);
   int (*phase)(const attnc_args *args, int phase, long begin, long end, long thread);
   int (*backward)(const attnc_args *args); /* spec key train: forward again, then the gradients; else NULL */
+  long (*backward_bytes)(const attnc_args *args); /* what backward allocates for args' dims; NULL without train */
 } attnc_kernel_fns;
 
 /* jit_tcc.c, jit_cc.c: compile generated C to a callable kernel. */
@@ -161,6 +162,23 @@ struct attnc_bindings {
   void *scratch;
   long scratch_bytes;
   int threads;
+  /* training (run.c, attnc_grad): the dropout seed of every run; each
+   * grad slot's gradient as the kernel writes it (dense, the kernel's
+   * dtype, the slot's shape), with room for grad_n[] elements; the stacked
+   * gradients of in_proj_weight and in_proj_bias; dout converted to the
+   * kernel's dtype; and the gradients the last attnc_grad exposed, by the
+   * names their tensors were bound under */
+  unsigned long long seed;
+  void *grad[ATTNC_SLOT_COUNT];
+  size_t grad_n[ATTNC_SLOT_COUNT];
+  void *grad_stacked[2];
+  size_t grad_stacked_n[2];
+  void *dout_conv;
+  size_t dout_n;
+  long grad_scratch;      /* what the last attnc_grad's backward allocated (NAME_backward_bytes) */
+  int ngrad;
+  char grad_name[ATTNC_SLOT_COUNT][96];
+  attnc_tensor grad_t[ATTNC_SLOT_COUNT];
 };
 /* The slot a tensor name binds to (any naming scheme), -2 for
  * in_proj_weight, -3 for in_proj_bias, -1 for none. */

@@ -81,10 +81,13 @@ int attnc_jit_find_fns(const attnc_gen *g, void *(*get)(void *, const char *), v
   snprintf(sym, sizeof sym, "%s_run", g->name);
   *(void **)&fns->run = get(h, sym);
   fns->backward = NULL;
-  if (g->train) { /* spec key train: both forms have NAME_backward */
+  fns->backward_bytes = NULL;
+  if (g->train) { /* spec key train: both forms have NAME_backward and NAME_backward_bytes */
     snprintf(sym, sizeof sym, "%s_backward", g->name);
     *(void **)&fns->backward = get(h, sym);
-    if (!fns->backward) return 0;
+    snprintf(sym, sizeof sym, "%s_backward_bytes", g->name);
+    *(void **)&fns->backward_bytes = get(h, sym);
+    if (!fns->backward || !fns->backward_bytes) return 0;
   }
   if (g->plain) return fns->run != NULL; /* the plain form has no phases */
   snprintf(sym, sizeof sym, "%s_scratch_bytes", g->name);

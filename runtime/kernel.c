@@ -181,6 +181,7 @@ const char *attnc_canonical(const attnc_kernel *k) { return k ? k->gen.canonical
 const char *attnc_name(const attnc_kernel *k) { return k ? k->gen.name : NULL; }
 attnc_backend attnc_kernel_backend(const attnc_kernel *k) { return k ? k->backend : ATTNC_BACKEND_DEFAULT; }
 const attnc_gen *attnc_kernel_gen(const attnc_kernel *k) { return k ? &k->gen : NULL; }
+int attnc_kernel_trains(const attnc_kernel *k) { return k && k->gen.train && k->fns.backward ? 1 : 0; }
 int attnc_dim_count(const attnc_kernel *k) { return k ? k->gen.ndims : 0; }
 const char *attnc_dim_name(const attnc_kernel *k, int i)
 {

@@ -150,50 +150,75 @@ static attnc_status check_cache_len(const attnc_bindings *b, attnc_error *err)
   return ATTNC_OK;
 }
 
+/* out against the shape the bindings give (which checks every binding),
+ * and the other outputs bound: what attnc_run and attnc_grad both need
+ * before anything is written.  *want gets out's dtype and shape. */
+static attnc_status check_run(attnc_bindings *b, const char *fn, attnc_tensor *out, attnc_tensor *want, attnc_error *err)
+{
+  attnc_status s;
+  int i;
+  if (!out) return attnc_err_set(err, ATTNC_EARG, "%s needs an output tensor", fn);
+  s = attnc_output_shape(b, want, err);
+  if (s != ATTNC_OK) return s;
+  if (out->dtype != want->dtype || out->rank != want->rank)
+    return attnc_err_set(err, ATTNC_EBIND, "output must be %s with %d dims", attnc_dtype_name(want->dtype), want->rank);
+  for (i = 0; i < want->rank; i++)
+    if (out->shape[i] != want->shape[i]) {
+      char w[256];
+      attnc_bindings_shape_text(want->shape, want->rank, w, sizeof w);
+      return attnc_err_set(err, ATTNC_EBIND, "output axis %d is %lld but must be %lld: the output is %s", i,
+                           (long long)out->shape[i], (long long)want->shape[i], w);
+    }
+  if (!out->data) return attnc_err_set(err, ATTNC_EARG, "output has no data");
+  if ((s = attnc_bindings_check_aligned("the output", out, err)) != ATTNC_OK) return s;
+  if ((s = attnc_bindings_check_outputs(b, err)) != ATTNC_OK) return s;
+  if (b->k->gen.has_cache && (s = check_cache_len(b, err)) != ATTNC_OK) return s;
+  return ATTNC_OK;
+}
+
+/* The arguments of one run, tensors as the kernel reads them (converted
+ * where bound in another dtype); dims must outlive args. */
+static attnc_status build_args(attnc_bindings *b, attnc_tensor *out, attnc_args *args, long *dims, attnc_error *err)
+{
+  attnc_status s;
+  int i;
+  memset(args, 0, sizeof *args);
+  for (i = 0; i < b->k->gen.ndims && i < 64; i++) dims[i] = (long)b->dims[i];
+  args->dims = dims;
+  for (i = 0; i < ATTNC_SLOT_COUNT; i++)
+    if (b->k->gen.used[i] && b->from[i]) args->t[i] = b->t[i].data; /* an unbound optional input stays NULL */
+  if ((s = convert_tensors(b, args, err)) != ATTNC_OK) return s;
+  if (b->k->gen.has_positions) { /* the dense int64 copies attnc_output_shape made */
+    args->t[ATTNC_SLOT_Q_POS] = b->from[ATTNC_SLOT_Q_POS] ? b->pos[0] : NULL;
+    args->t[ATTNC_SLOT_K_POS] = b->from[ATTNC_SLOT_K_POS] ? b->pos[1] : NULL;
+  }
+  if (b->k->gen.has_mask) {
+    args->t[ATTNC_SLOT_MASK] = b->mask_u8;
+    memcpy(args->mask_stride, b->mask_stride, sizeof args->mask_stride);
+  }
+  if (b->k->gen.has_cache) /* the dense int64 copy attnc_output_shape made; the caches are bound as they are */
+    args->t[ATTNC_SLOT_CACHE_LEN] = b->cache_len;
+  args->out = out->data;
+  if (b->k->gen.has_lse) args->lse = b->lse.data;
+  if (b->k->gen.has_attn) args->attn = b->attn.data;
+  args->seed = b->seed;
+  args->nthreads = 1;
+  return ATTNC_OK;
+}
+
 attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
 {
   attnc_tensor want;
   attnc_args args;
   long dims[64], bytes;
   attnc_status s;
-  int i, phase;
-  if (!out) return attnc_err_set(err, ATTNC_EARG, "attnc_run needs an output tensor");
-  s = attnc_output_shape(b, &want, err);
-  if (s != ATTNC_OK) return s;
-  if (out->dtype != want.dtype || out->rank != want.rank)
-    return attnc_err_set(err, ATTNC_EBIND, "output must be %s with %d dims", attnc_dtype_name(want.dtype), want.rank);
-  for (i = 0; i < want.rank; i++)
-    if (out->shape[i] != want.shape[i]) {
-      char w[256];
-      attnc_bindings_shape_text(want.shape, want.rank, w, sizeof w);
-      return attnc_err_set(err, ATTNC_EBIND, "output axis %d is %lld but must be %lld: the output is %s", i,
-                           (long long)out->shape[i], (long long)want.shape[i], w);
-    }
-  if (!out->data) return attnc_err_set(err, ATTNC_EARG, "output has no data");
-  if ((s = attnc_bindings_check_aligned("the output", out, err)) != ATTNC_OK) return s;
-  if ((s = attnc_bindings_check_outputs(b, err)) != ATTNC_OK) return s;
-  if (b->k->gen.has_cache && (s = check_cache_len(b, err)) != ATTNC_OK) return s;
+  int phase;
+  attnc_err_clear(err);
+  if (!b) return attnc_err_set(err, ATTNC_EARG, "attnc_run needs bindings");
+  if ((s = check_run(b, "attnc_run", out, &want, err)) != ATTNC_OK) return s;
   /* from here on nothing fails but running out of memory, which the
    * allocations below report before the kernel writes anything */
-  memset(&args, 0, sizeof args);
-  for (i = 0; i < b->k->gen.ndims && i < 64; i++) dims[i] = (long)b->dims[i];
-  args.dims = dims;
-  for (i = 0; i < ATTNC_SLOT_COUNT; i++)
-    if (b->k->gen.used[i] && b->from[i]) args.t[i] = b->t[i].data; /* an unbound optional input stays NULL */
-  if ((s = convert_tensors(b, &args, err)) != ATTNC_OK) return s;
-  if (b->k->gen.has_positions) { /* the dense int64 copies attnc_output_shape made */
-    args.t[ATTNC_SLOT_Q_POS] = b->from[ATTNC_SLOT_Q_POS] ? b->pos[0] : NULL;
-    args.t[ATTNC_SLOT_K_POS] = b->from[ATTNC_SLOT_K_POS] ? b->pos[1] : NULL;
-  }
-  if (b->k->gen.has_mask) {
-    args.t[ATTNC_SLOT_MASK] = b->mask_u8;
-    memcpy(args.mask_stride, b->mask_stride, sizeof args.mask_stride);
-  }
-  if (b->k->gen.has_cache) /* the dense int64 copy attnc_output_shape made; the caches are bound as they are */
-    args.t[ATTNC_SLOT_CACHE_LEN] = b->cache_len;
-  args.out = out->data;
-  if (b->k->gen.has_lse) args.lse = b->lse.data;
-  if (b->k->gen.has_attn) args.attn = b->attn.data;
+  if ((s = build_args(b, out, &args, dims, err)) != ATTNC_OK) return s;
   if (b->k->gen.plain) /* the plain form: one call, on this thread, its own buffers */
     return b->k->fns.run(&args) == 0 ? ATTNC_OK : attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the plain kernel");
   if (b->k->gen.dtype != ATTNC_F64 && !getenv("ATTNC_NO_PRIMS")) { /* the primitives compute in f32 */
@@ -219,4 +244,194 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
     if (items > 0) attnc_pool_run(b->threads, items, run_item, &ctx);
   }
   return ATTNC_OK;
+}
+
+/* ---- training: attnc_grad ---- */
+
+#define GRAD_SLOT_(name) ATTNC_SLOT_##name,
+static const int grad_slots[] = { ATTNC_GRAD_SLOT_LIST(GRAD_SLOT_) };
+
+/* Room for n elements of es bytes at *p (which holds *cap): grown, never
+ * shrunk, so that repeated calls on the same shapes allocate nothing. */
+static int room(void **p, size_t *cap, size_t n, size_t es)
+{
+  void *q;
+  if (*p && n <= *cap) return 1;
+  if (!(q = malloc(es * (n > 0 ? n : 1)))) return 0;
+  free(*p);
+  *p = q;
+  *cap = n;
+  return 1;
+}
+
+static size_t elems(const int64_t *shape, int rank)
+{
+  size_t n = 1;
+  int a;
+  for (a = 0; a < rank; a++) n *= (size_t)shape[a];
+  return n;
+}
+
+/* Expose the gradient t under name (copied: bound names live in the
+ * bindings, which a rebind overwrites). */
+static void expose(attnc_bindings *b, const char *name, const attnc_tensor *t)
+{
+  snprintf(b->grad_name[b->ngrad], sizeof b->grad_name[b->ngrad], "%s", name);
+  b->grad_t[b->ngrad++] = *t;
+}
+
+/* in_proj_weight or in_proj_bias (which 0, 1): one gradient of the stacked
+ * shape [q; k; v], each part copied from its slot's gradient.  A part bound
+ * on its own (q_proj.weight beside in_proj_weight) was not read from the
+ * stacked tensor, so its rows of the stacked gradient are 0. */
+static attnc_status expose_stacked(attnc_bindings *b, int which, attnc_error *err)
+{
+  static const int ws[3] = { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV };
+  static const int bs[3] = { ATTNC_SLOT_BQ, ATTNC_SLOT_BK, ATTNC_SLOT_BV };
+  const char *name = which ? "in_proj_bias" : "in_proj_weight";
+  const int *slots = which ? bs : ws;
+  const attnc_tensor *bound = which ? &b->in_proj_b : &b->in_proj_w;
+  const size_t es = attnc_dtype_size(b->k->gen.dtype);
+  attnc_tensor t = *bound;
+  size_t off = 0;
+  int i;
+  if (!room(&b->grad_stacked[which], &b->grad_stacked_n[which], elems(t.shape, t.rank), es))
+    return attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the gradient of %s", name);
+  t.dtype = b->k->gen.dtype;
+  t.data = b->grad_stacked[which];
+  for (i = 0; i < 3; i++) { /* rows as split_in_proj splits them: H*c, G*c, G*c */
+    const size_t n = (size_t)(i ? b->k->gen.kv_heads : b->k->gen.heads) * (size_t)b->k->gen.head_dim *
+                     (which ? 1 : (size_t)b->k->gen.c_in) * es;
+    if (b->from[slots[i]] && strcmp(b->from[slots[i]], name) == 0) memcpy((char *)t.data + off, b->grad[slots[i]], n);
+    else memset((char *)t.data + off, 0, n);
+    off += n;
+  }
+  expose(b, name, &t);
+  return ATTNC_OK;
+}
+
+attnc_status attnc_grad(attnc_bindings *b, attnc_tensor *out, const attnc_tensor *dout, attnc_error *err)
+{
+  const attnc_gen *g;
+  attnc_tensor want;
+  attnc_args args;
+  long dims[64];
+  attnc_status s;
+  size_t i, n;
+  int a, stacked[2] = { 0, 0 };
+  attnc_err_clear(err);
+  if (!b) return attnc_err_set(err, ATTNC_EARG, "attnc_grad needs bindings");
+  g = &b->k->gen;
+  b->ngrad = 0;
+  if (!g->train)
+    return attnc_err_set(err, ATTNC_EARG,
+                         "this kernel has no backward pass: its spec lacks the key train (%s); compile the spec with "
+                         "train added to get gradients", g->canonical);
+  if (!b->k->fns.backward)
+    return attnc_err_set(err, ATTNC_EGEN, "the train kernel %s has no %s_backward: regenerate it (a bug: please report)",
+                         g->name, g->name);
+  if ((s = check_run(b, "attnc_grad", out, &want, err)) != ATTNC_OK) return s;
+  /* dout: out's shape, any float dtype, converted to the kernel's */
+  if (!dout) return attnc_err_set(err, ATTNC_EARG, "attnc_grad needs dout, the gradient of out");
+  if (dout->rank != want.rank || !attnc_convert_takes(dout->dtype)) {
+    char w[256];
+    attnc_bindings_shape_text(want.shape, want.rank, w, sizeof w);
+    return attnc_err_set(err, ATTNC_EBIND, "dout (the gradient of out) must have out's shape %s and a float dtype "
+                         "(F32, F64, BF16 or F16), got %s with %d dims", w, attnc_dtype_name(dout->dtype), dout->rank);
+  }
+  for (a = 0; a < want.rank; a++)
+    if (dout->shape[a] != want.shape[a]) {
+      char w[256];
+      attnc_bindings_shape_text(want.shape, want.rank, w, sizeof w);
+      return attnc_err_set(err, ATTNC_EBIND, "dout axis %d is %lld but must be %lld: dout has out's shape %s", a,
+                           (long long)dout->shape[a], (long long)want.shape[a], w);
+    }
+  n = elems(want.shape, want.rank);
+  if (!dout->data && n > 0) return attnc_err_set(err, ATTNC_EARG, "dout has no data");
+  if ((s = attnc_bindings_check_aligned("dout", dout, err)) != ATTNC_OK) return s;
+  if ((s = build_args(b, out, &args, dims, err)) != ATTNC_OK) return s;
+  /* the backward reads neither the primitives, packed weights nor scratch
+   * (templates/abi.h): they stay NULL, and nothing is packed for it */
+  args.dout = dout->data;
+  if (dout->dtype != g->dtype) {
+    if (!room(&b->dout_conv, &b->dout_n, n, attnc_dtype_size(g->dtype)))
+      return attnc_err_set(err, ATTNC_ENOMEM, "out of memory converting dout to %s", attnc_dtype_name(g->dtype));
+    attnc_convert(dout->data, dout->dtype, b->dout_conv, g->dtype, n);
+    args.dout = b->dout_conv;
+  }
+  /* a dense buffer for every grad slot the kernel reads, bound or not:
+   * the kernel writes each one */
+  for (i = 0; i < sizeof grad_slots / sizeof grad_slots[0]; i++) {
+    const int slot = grad_slots[i];
+    const attnc_shape *sh = &g->shape[slot];
+    size_t m = 1;
+    if (!g->used[slot]) continue;
+    for (a = 0; a < sh->rank; a++) m *= (size_t)(sh->dim[a] > 0 ? sh->dim[a] : b->dims[-sh->dim[a] - 1]);
+    if (!room(&b->grad[slot], &b->grad_n[slot], m, attnc_dtype_size(g->dtype)))
+      return attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the gradient of %s (%zu values)", attnc_slot_name(slot), m);
+    args.grad[slot] = b->grad[slot];
+  }
+  b->grad_scratch = b->k->fns.backward_bytes ? b->k->fns.backward_bytes(&args) : 0;
+  if (b->k->fns.backward(&args) != 0)
+    return attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the backward pass (it allocates %ld bytes besides the "
+                         "gradients)", b->grad_scratch);
+  /* by the names the tensors were bound under, in slot order; a stacked
+   * in_proj_* once, where its first part is */
+  for (i = 0; i < sizeof grad_slots / sizeof grad_slots[0]; i++) {
+    const int slot = grad_slots[i];
+    const char *from = b->from[slot];
+    attnc_tensor t;
+    if (!g->used[slot] || !from) continue;
+    if (strcmp(from, "in_proj_weight") == 0 || strcmp(from, "in_proj_bias") == 0) {
+      const int which = from[8] == 'b';
+      if (!stacked[which] && (s = expose_stacked(b, which, err)) != ATTNC_OK) return s;
+      stacked[which] = 1;
+      continue;
+    }
+    t = b->t[slot]; /* the bound shape, which is the slot's: binding takes no other */
+    t.dtype = g->dtype;
+    t.data = b->grad[slot];
+    expose(b, from, &t);
+  }
+  return ATTNC_OK;
+}
+
+long attnc_bindings_grad_bytes(const attnc_bindings *b)
+{
+  long n = 0;
+  int i;
+  if (!b) return 0;
+  for (i = 0; i < ATTNC_SLOT_COUNT; i++)
+    if (b->grad[i]) n += (long)(b->grad_n[i] * attnc_dtype_size(b->k->gen.dtype));
+  for (i = 0; i < 2; i++)
+    if (b->grad_stacked[i]) n += (long)(b->grad_stacked_n[i] * attnc_dtype_size(b->k->gen.dtype));
+  if (b->dout_conv) n += (long)(b->dout_n * attnc_dtype_size(b->k->gen.dtype));
+  return n;
+}
+
+long attnc_bindings_grad_scratch_bytes(const attnc_bindings *b) { return b ? b->grad_scratch : 0; }
+
+const char *attnc_grad_name(const attnc_bindings *b, int i)
+{
+  return b && i >= 0 && i < b->ngrad ? b->grad_name[i] : NULL;
+}
+
+attnc_status attnc_grad_get(const attnc_bindings *b, const char *name, attnc_tensor *t, attnc_error *err)
+{
+  int i;
+  attnc_err_clear(err);
+  if (!b || !name || !t) return attnc_err_set(err, ATTNC_EARG, "attnc_grad_get needs bindings, a name and a tensor");
+  for (i = 0; i < b->ngrad; i++)
+    if (strcmp(b->grad_name[i], name) == 0) {
+      *t = b->grad_t[i];
+      return ATTNC_OK;
+    }
+  if (!b->k->gen.train)
+    return attnc_err_set(err, ATTNC_EMISSING, "no gradient of '%s': the kernel has no backward pass (its spec lacks train)", name);
+  if (b->ngrad == 0)
+    return attnc_err_set(err, ATTNC_EMISSING, "no gradient of '%s': call attnc_grad first (a rebind forgets the gradients "
+                         "of the last one)", name);
+  return attnc_err_set(err, ATTNC_EMISSING, "no gradient of '%s': the last attnc_grad computed gradients of the tensors "
+                       "bound (attnc_grad_name lists them), and '%s' is not one of them (the mask, positions, rope_freqs "
+                       "and caches have none)", name, name);
 }

@@ -122,9 +122,17 @@ typedef struct attnc_args {
    * gradient of out, like out) and overwrites grad[slot] for every
    * differentiable slot the kernel reads (ATTNC_GRAD_SLOT_LIST): dense, the
    * tensor's shape, the kernel's element type.  It runs on the calling
-   * thread and returns 0, or 1 when memory runs out. */
+   * thread (its items on args->parallel's threads, below) and returns 0,
+   * or 1 when memory runs out. */
   unsigned long long seed;
   const void *dout;
   void *grad[ATTNC_SLOT_COUNT];
+  /* The fast form's NAME_backward runs its passes' items through this:
+   * parallel(pool, items, fn, ctx) calls fn(ctx, item) once for every
+   * item in [0, items), on any threads, and returns when all are done.
+   * Each item writes only its own outputs, in a fixed order, so the
+   * gradients do not depend on it.  NULL: the items run in order. */
+  void (*parallel)(void *pool, long items, void (*fn)(void *ctx, long item), void *ctx);
+  void *pool;
 } attnc_args;
 #endif

@@ -471,7 +471,7 @@ static void make_run(cli_result *r, const char *args)
 
 static void test_cli_help_every_command(void **state)
 {
-  static const char *const cmds[] = { "run", "check", "gen", "show", "explain", "bench" };
+  static const char *const cmds[] = { "run", "grad", "check", "gen", "show", "explain", "bench" };
   size_t i;
   (void)state;
   for (i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -2369,6 +2369,333 @@ static void test_cli_bench_cache(void **state)
   cli_free(&r);
 }
 
+/* ---- training: attnc grad, run --seed, bench --grad, show --grad ---- */
+
+/* Usage and errors, none of which needs a backward pass. */
+static void test_cli_grad_usage_and_errors(void **state)
+{
+  st_tensor t[8];
+  char names[8][96];
+  cli_result r;
+  int n = run_weights(t, names, "hf", NULL, NULL);
+  (void)state;
+  t[n] = tens("x", X134, 3, 1, 3, 4);
+  st_write("w_grad_err.safetensors", t, n + 1);
+  CLI(r, "grad", "--help");
+  EXPECT_EXIT0(r, "grad --help");
+  EXPECT_HAS(r, r.out, "usage: attnc grad SPEC --tensors FILE... --dout FILE --out FILE", "grad's usage");
+  EXPECT_HAS(r, r.out, "grad.NAME", "what grad writes");
+  cli_free(&r);
+  CLI(r, "help");
+  EXPECT_EXIT0(r, "attnc help");
+  EXPECT_HAS(r, r.out, "  grad     forward and backward", "attnc help lists grad");
+  cli_free(&r);
+  CLI(r, "check", "--help");
+  EXPECT_HAS(r, r.out, "not the dropout seed", "check's --seed is the data seed");
+  cli_free(&r);
+  CLI(r, "run", "--help");
+  EXPECT_HAS(r, r.out, "--seed N            the dropout seed", "run's --seed is the dropout seed");
+  cli_free(&r);
+  CLI(r, "bench", "--help");
+  EXPECT_HAS(r, r.out, "backward_ms", "bench --grad's fields");
+  EXPECT_HAS(r, r.out, "grad_scratch_bytes", "bench --grad's fields");
+  cli_free(&r);
+  CLI(r, "show", "--help");
+  EXPECT_HAS(r, r.out, "--grad", "show --grad");
+  cli_free(&r);
+  CLI(r, "gard", RUN_SPEC);
+  EXPECT_FAIL(r, "a mistyped grad");
+  EXPECT_HAS(r, r.err, "did you mean 'grad'?", "grad is a command");
+  cli_free(&r);
+
+  CLI(r, "grad", RUN_SPEC, "--dout", "d.safetensors", "--out", "g.safetensors");
+  EXPECT_FAIL(r, "grad without --tensors");
+  EXPECT_HAS(r, r.err, "grad needs --tensors FILE", "names the option");
+  cli_free(&r);
+  CLI(r, "grad", RUN_SPEC, "--tensors", "w_grad_err.safetensors", "--out", "g.safetensors");
+  EXPECT_FAIL(r, "grad without --dout");
+  EXPECT_HAS(r, r.err, "grad needs --dout FILE", "names the option");
+  cli_free(&r);
+  CLI(r, "grad", RUN_SPEC, "--tensors", "w_grad_err.safetensors", "--dout", "d.safetensors");
+  EXPECT_FAIL(r, "grad without --out");
+  EXPECT_HAS(r, r.err, "grad needs --out FILE", "names the option");
+  cli_free(&r);
+  CLI(r, "run", "--grad", RUN_SPEC, "--tensors", "w_grad_err.safetensors", "--out", "g.safetensors");
+  EXPECT_FAIL(r, "run --grad");
+  EXPECT_HAS(r, r.err, "--grad is for show and bench; attnc grad SPEC", "points at attnc grad");
+  cli_free(&r);
+  CLI(r, "check", RUN_SPEC, "--dout", "d.safetensors");
+  EXPECT_FAIL(r, "check --dout");
+  EXPECT_HAS(r, r.err, "--dout is for grad", "--dout belongs to grad");
+  cli_free(&r);
+  /* train is added, and a spec it does not fit says so without a position past the text */
+  CLI(r, "show", "--grad", "mha x=1,3,8 heads=2 dtype=bf16");
+  EXPECT_FAIL(r, "show --grad on a bf16 spec");
+  EXPECT_HAS(r, r.err, "the gradients need the key train, which this command adds", "says grad added train");
+  EXPECT_HAS(r, r.err, "dtype=f32", "and the fix");
+  cli_free(&r);
+  CLI(r, "bench", "--grad", "mha x=1,S,8 heads=2 cache=CAP", "--cache-len", "3");
+  EXPECT_FAIL(r, "bench --grad --cache-len");
+  EXPECT_HAS(r, r.err, "--grad times training, and --cache-len decoding", "the two do not mix");
+  cli_free(&r);
+  /* --seed: 64 bits, for a spec that drops something */
+  CLI(r, "run", RUN_SPEC, "--tensors", "w_grad_err.safetensors", "--out", "g.safetensors", "--seed", "18446744073709551615");
+  EXPECT_FAIL(r, "run --seed on a spec without dropout");
+  EXPECT_HAS(r, r.err, "--seed is the dropout seed, and this spec drops nothing (it has no dropout=P, nor train)",
+             "the seed would change nothing");
+  EXPECT_HAS(r, r.err, "add train dropout=P", "and the fix");
+  cli_free(&r);
+  assert_false(file_exists("g.safetensors"));
+  {
+    static const char *const bad[] = { "-1", "18446744073709551616", "1x", "", " 1", "+1" };
+    size_t i;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      CLI(r, "run", RUN_SPEC, "--tensors", "w_grad_err.safetensors", "--out", "g.safetensors", "--seed", bad[i]);
+      EXPECT_FAIL(r, "a bad --seed");
+      EXPECT_HAS(r, r.err, "--seed needs a whole number from 0 to 18446744073709551615", bad[i]);
+      cli_free(&r);
+    }
+  }
+}
+
+/* The backward pass exists once the generator emits NAME_backward: until
+ * then the tests that run it are skipped, saying so. */
+static int have_backward(void)
+{
+  cli_result r;
+  int ok;
+  CLI(r, "show", "--grad", "mha x=1,3,4 heads=2");
+  ok = r.status == 0 && strstr(r.out, "_backward(") != NULL;
+  cli_free(&r);
+  if (ok) {
+    CLI(r, "bench", "--grad", "mha x=1,3,4 heads=2", "--runs", "1", "--warmup-ms", "0");
+    ok = r.status == 0;
+    cli_free(&r);
+  }
+  if (!ok) printf("skipped: the generator emits no NAME_backward yet (attnc show --grad)\n");
+  return ok;
+}
+
+/* F64 tensors through the library's writer, and one back. */
+static void st_write64(const char *file, int n, const char *const *names, attnc_tensor *t)
+{
+  char path[PATH_MAX + 64];
+  attnc_error e;
+  if (attnc_st_write(wpath(path, sizeof path, file), (size_t)n, names, t, &e) != ATTNC_OK) fail_msg("%s: %s", file, e.message);
+}
+
+static double *st_read64(const char *file, const char *name, attnc_tensor *shape)
+{
+  char path[PATH_MAX + 64];
+  attnc_error e;
+  attnc_safetensors *f = attnc_st_open(wpath(path, sizeof path, file), &e);
+  attnc_tensor t;
+  double *d;
+  size_t n = 1;
+  int a;
+  if (!f) fail_msg("%s: %s", file, e.message);
+  if (attnc_st_find(f, name, &t) != ATTNC_OK) fail_msg("%s holds no tensor '%s'", file, name);
+  if (t.dtype != ATTNC_F64) fail_msg("%s: '%s' is %s, want F64", file, name, attnc_dtype_name(t.dtype));
+  for (a = 0; a < t.rank; a++) n *= (size_t)t.shape[a];
+  d = malloc(n * sizeof *d + 1);
+  assert_non_null(d);
+  memcpy(d, t.data, n * sizeof *d);
+  if (shape) *shape = t;
+  attnc_st_close(f);
+  return d;
+}
+
+/* attnc grad against finite differences of attnc run: an f64 spec, torch
+ * names under a prefix (grad.NAME keeps it; in_proj_* stay whole), x
+ * without it; for a few elements of every tensor, (L(w + h) - L(w - h)) /
+ * 2h with L = sum(out * dout). */
+static void test_cli_grad_finite_differences(void **state)
+{
+#define GSPEC "mha x=1,3,4 heads=2 causal dtype=f64"
+  static const char *const names[] = { "l0.in_proj_weight", "l0.in_proj_bias", "l0.out_proj.weight", "l0.out_proj.bias", "x" };
+  static const int64_t shapes[][3] = { { 12, 4, 0 }, { 12, 0, 0 }, { 4, 4, 0 }, { 4, 0, 0 }, { 1, 3, 4 } };
+  static const int ranks[] = { 2, 1, 2, 1, 3 };
+  static const int picks[][3] = { { 5, 21, 46 }, { 1, 6, 11 }, { 0, 7, 15 }, { 0, 2, 3 }, { 0, 6, 11 } };
+  static double data[5][48], dout[12];
+  attnc_tensor t[5], dt, gt;
+  const char *dname = "dout";
+  char gname[128];
+  cli_result r;
+  double worst = 0;
+  int i, j, p;
+  (void)state;
+  if (!have_backward()) skip();
+  for (i = 0; i < 5; i++) {
+    size_t n = 1;
+    memset(&t[i], 0, sizeof t[i]);
+    t[i].dtype = ATTNC_F64;
+    t[i].rank = ranks[i];
+    for (j = 0; j < ranks[i]; j++) { t[i].shape[j] = shapes[i][j]; n *= (size_t)shapes[i][j]; }
+    for (j = 0; j < (int)n; j++) data[i][j] = sin(1.7 * (i * 48 + j) + 0.3) * (i == 4 ? 1.0 : 0.6);
+    t[i].data = data[i];
+  }
+  for (j = 0; j < 12; j++) dout[j] = cos(0.9 * j + 0.1);
+  dt = t[4];
+  dt.data = dout;
+  st_write64("g_w.safetensors", 5, names, t);
+  st_write64("g_dout.safetensors", 1, &dname, &dt);
+  CLI(r, "grad", GSPEC, "--tensors", "g_w.safetensors", "--prefix", "l0.", "--dout", "g_dout.safetensors", "--out",
+      "g_out.safetensors");
+  EXPECT_EXIT0(r, "attnc grad");
+  EXPECT_HAS(r, r.err, "wrote out (1, 3, 4), grad.x (1, 3, 4), grad.l0.in_proj_weight (12, 4), grad.l0.in_proj_bias (12), "
+             "grad.l0.out_proj.weight (4, 4), grad.l0.out_proj.bias (4)", "every gradient, named as read");
+  cli_free(&r);
+  for (i = 0; i < 5; i++) {
+    double *g;
+    snprintf(gname, sizeof gname, "grad.%s", names[i]);
+    g = st_read64("g_out.safetensors", gname, &gt);
+    assert_int_equal(gt.rank, ranks[i]);
+    for (j = 0; j < ranks[i]; j++) assert_int_equal(gt.shape[j], shapes[i][j]);
+    for (p = 0; p < 3; p++) {
+      const int at = picks[i][p];
+      const double h = 1e-5, keep = data[i][at];
+      double l[2] = { 0, 0 }, fd, err;
+      int side;
+      for (side = 0; side < 2; side++) {
+        double *o;
+        data[i][at] = keep + (side ? -h : h);
+        st_write64("g_wh.safetensors", 5, names, t);
+        CLI(r, "run", GSPEC, "--tensors", "g_wh.safetensors", "--prefix", "l0.", "--out", "g_oh.safetensors", "--quiet");
+        EXPECT_EXIT0(r, "attnc run, perturbed");
+        cli_free(&r);
+        o = st_read64("g_oh.safetensors", "out", NULL);
+        for (j = 0; j < 12; j++) l[side] += o[j] * dout[j];
+        free(o);
+      }
+      data[i][at] = keep;
+      fd = (l[0] - l[1]) / (2 * h);
+      err = fabs(g[at] - fd) / (1e-7 + 1e-5 * fabs(fd));
+      if (err > worst) worst = err;
+      if (err > 1)
+        fail_msg("grad.%s[%d] = %.10g but the finite difference is %.10g", names[i], at, g[at], fd);
+    }
+    free(g);
+  }
+  printf("attnc grad against finite differences of attnc run: worst %.3g of the bound\n", worst);
+  /* the output is the forward's */
+  {
+    double *o = st_read64("g_out.safetensors", "out", NULL), *o2;
+    CLI(r, "run", GSPEC, "--tensors", "g_w.safetensors", "--prefix", "l0.", "--out", "g_o2.safetensors", "--quiet");
+    EXPECT_EXIT0(r, "attnc run");
+    cli_free(&r);
+    o2 = st_read64("g_o2.safetensors", "out", NULL);
+    for (j = 0; j < 12; j++) assert_true(fabs(o[j] - o2[j]) <= 1e-12 * (1 + fabs(o2[j])));
+    free(o);
+    free(o2);
+  }
+  /* dout missing from its file */
+  CLI(r, "grad", GSPEC, "--tensors", "g_w.safetensors", "--prefix", "l0.", "--dout", "g_w.safetensors", "--out",
+      "g_bad.safetensors");
+  EXPECT_FAIL(r, "no dout in the --dout file");
+  EXPECT_HAS(r, r.err, "g_w.safetensors holds no tensor 'dout'", "names the file and the tensor");
+  EXPECT_HAS(r, r.err, "shape (1, 3, 4)", "and the shape it must have");
+  cli_free(&r);
+  assert_false(file_exists("g_bad.safetensors"));
+#undef GSPEC
+}
+
+/* run --seed: the same seed drops the same probabilities, another seed
+ * others; grad --seed computes the gradient of that forward.  show --grad
+ * and bench --grad on the same spec. */
+static void test_cli_grad_seed_show_bench(void **state)
+{
+#define DSPEC "mha x=1,S,4 heads=1 qkv_bias=false dtype=f64 train dropout=0.5"
+  static const char *const names[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "o_proj.bias", "x" };
+  static double data[6][64], dout[64];
+  attnc_tensor t[6], dt;
+  const char *dname = "dout";
+  cli_result r;
+  double *a, *b, *c, *g;
+  int i, j, same_ab = 1, same_ac = 1;
+  (void)state;
+  if (!have_backward()) skip();
+  for (i = 0; i < 6; i++) {
+    memset(&t[i], 0, sizeof t[i]);
+    t[i].dtype = ATTNC_F64;
+    t[i].rank = i == 4 ? 1 : 2;
+    t[i].shape[0] = 4;
+    t[i].shape[1] = 4;
+    if (i == 5) { t[i].rank = 3; t[i].shape[0] = 1; t[i].shape[1] = 16; t[i].shape[2] = 4; }
+    for (j = 0; j < 64; j++) data[i][j] = sin(2.3 * (i * 64 + j));
+    t[i].data = data[i];
+  }
+  for (j = 0; j < 64; j++) dout[j] = 1;
+  dt = t[5];
+  dt.data = dout;
+  st_write64("d_w.safetensors", 6, names, t);
+  st_write64("d_dout.safetensors", 1, &dname, &dt);
+  CLI(r, "run", DSPEC, "--tensors", "d_w.safetensors", "--out", "d_a.safetensors", "--seed", "7");
+  EXPECT_EXIT0(r, "run --seed 7");
+  cli_free(&r);
+  CLI(r, "run", DSPEC, "--tensors", "d_w.safetensors", "--out", "d_b.safetensors", "--seed", "7", "--threads", "1");
+  EXPECT_EXIT0(r, "run --seed 7 again");
+  cli_free(&r);
+  CLI(r, "run", DSPEC, "--tensors", "d_w.safetensors", "--out", "d_c.safetensors", "--seed", "8");
+  EXPECT_EXIT0(r, "run --seed 8");
+  cli_free(&r);
+  a = st_read64("d_a.safetensors", "out", NULL);
+  b = st_read64("d_b.safetensors", "out", NULL);
+  c = st_read64("d_c.safetensors", "out", NULL);
+  for (j = 0; j < 64; j++) {
+    same_ab &= a[j] == b[j];
+    same_ac &= a[j] == c[j];
+  }
+  assert_true(same_ab);  /* one seed, one result, whatever the threads */
+  assert_false(same_ac); /* another seed drops other probabilities */
+  CLI(r, "grad", DSPEC, "--tensors", "d_w.safetensors", "--dout", "d_dout.safetensors", "--out", "d_g.safetensors", "--seed", "7");
+  EXPECT_EXIT0(r, "grad --seed 7");
+  cli_free(&r);
+  g = st_read64("d_g.safetensors", "out", NULL);
+  /* the forward it differentiated is run --seed 7's (another code path,
+   * so equal to rounding, where another mask would differ by far more) */
+  for (j = 0; j < 64; j++) assert_true(fabs(g[j] - a[j]) <= 1e-12 * (1 + fabs(a[j])));
+  free(g);
+  free(a);
+  free(b);
+  free(c);
+
+  CLI(r, "show", "--grad", "mha x=1,S,4 heads=1 qkv_bias=false dtype=f64 dropout=0.5 train");
+  EXPECT_EXIT0(r, "show --grad");
+  EXPECT_HAS(r, r.out, "_backward(const attnc_args *args)", "the backward is in the source");
+  cli_free(&r);
+  CLI(r, "show", "--plain", "--grad", "mha x=1,S,4 heads=1");
+  EXPECT_EXIT0(r, "show --plain --grad");
+  EXPECT_HAS(r, r.out, "train=true", "train was added");
+  EXPECT_HAS(r, r.out, "_backward(const attnc_args *args)", "the plain form has the backward too");
+  cli_free(&r);
+  CLI(r, "bench", "--grad", "mha x=1,S,16 heads=2", "--dim", "S=32", "--runs", "3", "--warmup-ms", "0", "--json");
+  EXPECT_EXIT0(r, "bench --grad --json");
+  EXPECT_HAS(r, r.out, "\"median_ms\": ", "the pair");
+  EXPECT_HAS(r, r.out, "\"forward_ms\": ", "the forward");
+  EXPECT_HAS(r, r.out, "\"backward_ms\": ", "the backward");
+  EXPECT_HAS(r, r.out, "\"grad_bytes\": ", "the gradients' bytes");
+  EXPECT_HAS(r, r.out, "\"grad_scratch_bytes\": ", "the backward's scratch");
+  EXPECT_HAS(r, r.out, "train=true", "train was added");
+  {
+    const char *gb = strstr(r.out, "\"grad_bytes\": ");
+    /* x (1, 32, 16), the four weights (16, 16) and their biases (16), in f32 */
+    assert_non_null(gb);
+    assert_true(atol(gb + 14) >= (long)(4 * (32 * 16 + 4 * 256 + 4 * 16)));
+    /* what the backward allocates: explain's figure, NAME_backward_bytes */
+    gb = strstr(r.out, "\"grad_scratch_bytes\": ");
+    assert_non_null(gb);
+    assert_true(atol(gb + 22) > 0);
+  }
+  EXPECT_HAS(r, r.out, "\"forward_gflops\": ", "the forward's rate");
+  cli_free(&r);
+  CLI(r, "bench", "--grad", "mha x=1,S,16 heads=2", "--dim", "S=32", "--runs", "3", "--warmup-ms", "0");
+  EXPECT_EXIT0(r, "bench --grad");
+  EXPECT_HAS(r, r.out, "forward and backward: median ", "the text names the pair");
+  cli_free(&r);
+#undef DSPEC
+}
+
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -2393,6 +2720,9 @@ int main(void)
     cmocka_unit_test(test_cli_run_cache_errors),
     cmocka_unit_test(test_cli_run_cache_round_trip),
     cmocka_unit_test(test_cli_bench_cache),
+    cmocka_unit_test(test_cli_grad_usage_and_errors),
+    cmocka_unit_test(test_cli_grad_finite_differences),
+    cmocka_unit_test(test_cli_grad_seed_show_bench),
     cmocka_unit_test(test_cli_cache),
     cmocka_unit_test(test_cli_make_examples),
     cmocka_unit_test(test_cli_gen_name),
@@ -2439,5 +2769,7 @@ int main(void)
     cmocka_unit_test(test_cli_bench_busy_cpus),
     cmocka_unit_test(test_cli_bench_text),
   };
+  /* ATTNC_TEST_FILTER=test_cli_grad* runs only the tests it matches */
+  if (getenv("ATTNC_TEST_FILTER")) cmocka_set_test_filter(getenv("ATTNC_TEST_FILTER"));
   return cmocka_run_group_tests_name("cli", tests, setup, teardown);
 }

@@ -1049,6 +1049,318 @@ static void test_runtime_cache_run_writes_new_rows_only(void **state)
   cache_case_free(&c);
 }
 
+/* ---- training: attnc_grad's side of the backward ABI ----
+ * These put a stand-in backward on a kernel of their own (a name no other
+ * test uses): it records what it was passed and writes slot * 1000 + i
+ * into element i of every grad slot, so that where each value lands in the
+ * exposed gradients is known exactly.  test_runtime_grad_bias_and_in_proj
+ * runs the real one. */
+static struct {
+  int calls;
+  unsigned long long seed;
+  double dout0, dout_last;
+  int grad_set[ATTNC_SLOT_COUNT];
+} mock;
+
+static int mock_backward(const attnc_args *args)
+{
+  static const int slots[] = { ATTNC_SLOT_X, ATTNC_SLOT_KV, ATTNC_SLOT_BIAS, ATTNC_SLOT_Q, ATTNC_SLOT_K, ATTNC_SLOT_V,
+                               ATTNC_SLOT_SINKS, ATTNC_SLOT_WQ, ATTNC_SLOT_BQ, ATTNC_SLOT_WK, ATTNC_SLOT_BK,
+                               ATTNC_SLOT_WV, ATTNC_SLOT_BV, ATTNC_SLOT_WG, ATTNC_SLOT_BG, ATTNC_SLOT_WO, ATTNC_SLOT_BO };
+  size_t i;
+  long j;
+  mock.calls++;
+  mock.seed = args->seed;
+  mock.dout0 = ((const float *)args->dout)[0];
+  mock.dout_last = ((const float *)args->dout)[2 * 3 * 8 - 1];
+  for (i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+    float *gr = args->grad[slots[i]];
+    mock.grad_set[slots[i]] = gr != NULL;
+    if (!gr) continue;
+    for (j = 0; j < (slots[i] == ATTNC_SLOT_X ? 48 : slots[i] == ATTNC_SLOT_WO ? 64 : attnc_slot_is_matrix(slots[i]) ? 64 : 8); j++)
+      gr[j] = (float)(slots[i] * 1000 + j);
+  }
+  return 0;
+}
+
+static attnc_kernel *mock_train_kernel(const char *spec)
+{
+  attnc_error e;
+  attnc_kernel *k = attnc_compile(spec, NULL, &e);
+  assert_non_null(k);
+  assert_int_equal(attnc_kernel_trains(k), 0);
+  k->gen.train = 1;
+  k->fns.backward = mock_backward;
+  assert_int_equal(attnc_kernel_trains(k), 1);
+  memset(&mock, 0, sizeof mock);
+  return k;
+}
+
+static void mock_train_release(attnc_kernel *k)
+{
+  k->gen.train = 0; /* as compiled, should the cache hand it out again */
+  k->fns.backward = NULL;
+  attnc_release(k);
+}
+
+static void test_runtime_grad_names_and_stacked_in_proj(void **state)
+{
+  attnc_error e;
+  attnc_kernel *k = mock_train_kernel("mha x=2,3,8 heads=2 name=grad_mock_stacked");
+  attnc_bindings *b = attnc_bindings_new(k);
+  static double x64[48], dout64[48];
+  static float inw[24 * 8], inb[24], ow[64], ob[8], outbuf[48];
+  attnc_tensor x = t3(2, 3, 8, x64), tw = t2(24, 8, inw), tb = t2(24, 1, inb), tow = t2(8, 8, ow), tob = t2(8, 1, ob);
+  attnc_tensor out = t3(2, 3, 8, outbuf), dout = t3(2, 3, 8, dout64), gt;
+  const char *want[] = { "x", "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias" };
+  int i;
+  (void)state;
+  for (i = 0; i < 48; i++) dout64[i] = i + 0.5;
+  x.dtype = ATTNC_F64;
+  dout.dtype = ATTNC_F64;
+  tb.rank = 1;
+  tob.rank = 1;
+  assert_int_equal(attnc_bind(b, "x", &x, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_bias", &tb, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.weight", &tow, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.bias", &tob, &e), ATTNC_OK);
+  assert_int_equal(attnc_bindings_seed(b), 0);
+  assert_int_equal(attnc_bindings_set_seed(b, 0x123456789abcdefULL, &e), ATTNC_OK);
+  assert_true(attnc_bindings_seed(b) == 0x123456789abcdefULL);
+  assert_null(attnc_grad_name(b, 0));
+  assert_int_equal(attnc_grad_get(b, "x", &gt, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "call attnc_grad first"));
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+  assert_int_equal(mock.calls, 1);
+  assert_true(mock.seed == 0x123456789abcdefULL);
+  /* dout F64 reached the kernel as its F32 */
+  assert_true(mock.dout0 == 0.5 && mock.dout_last == 47.5);
+  /* every grad slot the kernel reads has a buffer; no other */
+  assert_true(mock.grad_set[ATTNC_SLOT_X] && mock.grad_set[ATTNC_SLOT_WQ] && mock.grad_set[ATTNC_SLOT_BV] &&
+              mock.grad_set[ATTNC_SLOT_WO] && mock.grad_set[ATTNC_SLOT_BO]);
+  assert_false(mock.grad_set[ATTNC_SLOT_KV] || mock.grad_set[ATTNC_SLOT_BIAS] || mock.grad_set[ATTNC_SLOT_WG]);
+  /* one gradient per name bound, in_proj_* whole */
+  for (i = 0; i < 5; i++) assert_string_equal(attnc_grad_name(b, i), want[i]);
+  assert_null(attnc_grad_name(b, 5));
+  assert_null(attnc_grad_name(b, -1));
+  /* x was bound as F64: its gradient is in the kernel's F32, of x's shape */
+  assert_int_equal(attnc_grad_get(b, "x", &gt, &e), ATTNC_OK);
+  assert_int_equal(gt.dtype, ATTNC_F32);
+  assert_int_equal(gt.rank, 3);
+  assert_true(gt.shape[0] == 2 && gt.shape[1] == 3 && gt.shape[2] == 8);
+  assert_true(((float *)gt.data)[47] == ATTNC_SLOT_X * 1000 + 47);
+  /* [dWq; dWk; dWv] stacked as in_proj_weight is */
+  assert_int_equal(attnc_grad_get(b, "in_proj_weight", &gt, &e), ATTNC_OK);
+  assert_true(gt.rank == 2 && gt.shape[0] == 24 && gt.shape[1] == 8 && gt.dtype == ATTNC_F32);
+  for (i = 0; i < 64; i++) {
+    assert_true(((float *)gt.data)[i] == ATTNC_SLOT_WQ * 1000 + i);
+    assert_true(((float *)gt.data)[64 + i] == ATTNC_SLOT_WK * 1000 + i);
+    assert_true(((float *)gt.data)[128 + i] == ATTNC_SLOT_WV * 1000 + i);
+  }
+  assert_int_equal(attnc_grad_get(b, "in_proj_bias", &gt, &e), ATTNC_OK);
+  assert_true(gt.rank == 1 && gt.shape[0] == 24);
+  for (i = 0; i < 8; i++) {
+    assert_true(((float *)gt.data)[i] == ATTNC_SLOT_BQ * 1000 + i);
+    assert_true(((float *)gt.data)[8 + i] == ATTNC_SLOT_BK * 1000 + i);
+    assert_true(((float *)gt.data)[16 + i] == ATTNC_SLOT_BV * 1000 + i);
+  }
+  /* names it has no gradient for */
+  assert_int_equal(attnc_grad_get(b, "q_proj.weight", &gt, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "attnc_grad_name lists them"));
+  assert_int_equal(attnc_grad_get(b, "mask", &gt, &e), ATTNC_EMISSING);
+  /* q_proj.weight bound beside in_proj_weight: the stacked gradient's q rows
+   * were not read, so they are 0; the q part is q_proj.weight's own */
+  tw.shape[0] = 8;
+  assert_int_equal(attnc_bind(b, "q_proj.weight", &tw, &e), ATTNC_OK);
+  assert_null(attnc_grad_name(b, 0)); /* a rebind forgets the last gradients */
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+  assert_string_equal(attnc_grad_name(b, 1), "q_proj.weight");
+  assert_string_equal(attnc_grad_name(b, 2), "in_proj_bias");
+  assert_string_equal(attnc_grad_name(b, 3), "in_proj_weight");
+  assert_int_equal(attnc_grad_get(b, "in_proj_weight", &gt, &e), ATTNC_OK);
+  for (i = 0; i < 64; i++) {
+    assert_true(((float *)gt.data)[i] == 0);
+    assert_true(((float *)gt.data)[64 + i] == ATTNC_SLOT_WK * 1000 + i);
+  }
+  assert_int_equal(attnc_grad_get(b, "q_proj.weight", &gt, &e), ATTNC_OK);
+  assert_true(gt.shape[0] == 8 && ((float *)gt.data)[5] == ATTNC_SLOT_WQ * 1000 + 5);
+  attnc_bindings_free(b);
+  mock_train_release(k);
+}
+
+static void test_runtime_grad_errors(void **state)
+{
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha x=2,3,8 heads=2", NULL, &e), *kt;
+  attnc_bindings *b = attnc_bindings_new(k);
+  static float x[48], inw[24 * 8], inb[24], ow[64], ob[8], outbuf[48], d[48];
+  attnc_tensor tx = t3(2, 3, 8, x), tw = t2(24, 8, inw), tb = t2(24, 1, inb), tow = t2(8, 8, ow), tob = t2(8, 1, ob);
+  attnc_tensor out = t3(2, 3, 8, outbuf), dout = t3(2, 3, 8, d), gt;
+  (void)state;
+  tb.rank = 1;
+  tob.rank = 1;
+  /* a spec without train: no backward, and the message says to add train */
+  assert_int_equal(attnc_kernel_trains(k), 0);
+  assert_int_equal(attnc_kernel_trains(NULL), 0);
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EARG);
+  assert_non_null(strstr(e.message, "lacks the key train"));
+  assert_non_null(strstr(e.message, "train added"));
+  assert_int_equal(attnc_grad_get(b, "x", &gt, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "spec lacks train"));
+  assert_int_equal(attnc_grad(NULL, &out, &dout, &e), ATTNC_EARG);
+  assert_int_equal(attnc_bindings_set_seed(NULL, 1, &e), ATTNC_EARG);
+  assert_null(attnc_grad_name(NULL, 0));
+  attnc_bindings_free(b);
+  attnc_release(k);
+  /* a train kernel checks what attnc_run checks, then dout */
+  kt = mock_train_kernel("mha x=2,3,8 heads=2 name=grad_mock_errors");
+  b = attnc_bindings_new(kt);
+  assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EMISSING);
+  assert_non_null(strstr(e.message, "missing tensor 'wq'"));
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_bias", &tb, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.weight", &tow, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.bias", &tob, &e), ATTNC_OK);
+  out.shape[1] = 4;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "output axis 1 is 4 but must be 3"));
+  out.shape[1] = 3;
+  assert_int_equal(attnc_grad(b, &out, NULL, &e), ATTNC_EARG);
+  assert_non_null(strstr(e.message, "needs dout"));
+  dout.shape[2] = 7;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "dout axis 2 is 7 but must be 8"));
+  dout.shape[2] = 8;
+  dout.dtype = ATTNC_I32;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EBIND);
+  assert_non_null(strstr(e.message, "float dtype"));
+  dout.dtype = ATTNC_F32;
+  dout.data = NULL;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_EARG);
+  assert_non_null(strstr(e.message, "dout has no data"));
+  assert_int_equal(mock.calls, 0); /* nothing reached the kernel */
+  dout.data = d;
+  assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+  assert_int_equal(mock.calls, 1);
+  assert_true(mock.seed == 0);
+  attnc_bindings_free(b);
+  mock_train_release(kt);
+}
+
+/* The real backward through attnc_grad: a bias (H, Sq, Sk) broadcast over
+ * the batch gets the gradient of its bound shape (the sum over the batch),
+ * checked against finite differences of attnc_run; in_proj_weight's
+ * stacked gradient equals, bit for bit, the three gradients of the same
+ * weights bound as q_proj, k_proj, v_proj.weight. */
+static double loss_of(attnc_bindings *b, attnc_tensor *out, const double *dout, int n)
+{
+  attnc_error e;
+  double l = 0;
+  int i;
+  assert_int_equal(attnc_run(b, out, &e), ATTNC_OK);
+  for (i = 0; i < n; i++) l += ((const double *)out->data)[i] * dout[i];
+  return l;
+}
+
+static void test_runtime_grad_bias_and_in_proj(void **state)
+{
+  static double x[48], bias[18], w[24 * 8], bw[24], ow[64], ob[8], dout[48], outbuf[48];
+  static double g_bias[18], g_w[24 * 8];
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha x=2,3,8 heads=2 bias=2,3,3 dtype=f64 train", NULL, &e);
+  attnc_bindings *b, *b2;
+  attnc_tensor tx = t3(2, 3, 8, x), tbias = t3(2, 3, 3, bias), tw = t2(24, 8, w), tbw = t2(24, 1, bw), tow = t2(8, 8, ow),
+               tob = t2(8, 1, ob), out = t3(2, 3, 8, outbuf), dt = t3(2, 3, 8, dout), gt;
+  const char *want[] = { "x", "bias", "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias" };
+  static const int bias_at[] = { 0, 7, 17 }, w_at[] = { 3, 64 + 9, 128 + 40 };
+  int i;
+  (void)state;
+  if (!k) fail_msg("%s", e.message);
+  assert_int_equal(attnc_kernel_trains(k), 1);
+  for (i = 0; i < 48; i++) { x[i] = sin(0.7 * i + 0.2); dout[i] = cos(1.3 * i); }
+  for (i = 0; i < 18; i++) bias[i] = 0.3 * sin(2.1 * i);
+  for (i = 0; i < 24 * 8; i++) w[i] = 0.4 * sin(0.37 * i + 1);
+  for (i = 0; i < 24; i++) bw[i] = 0.1 * cos(i);
+  for (i = 0; i < 64; i++) ow[i] = 0.3 * cos(0.53 * i);
+  for (i = 0; i < 8; i++) ob[i] = 0.05 * i;
+  tx.dtype = tbias.dtype = tw.dtype = tbw.dtype = tow.dtype = tob.dtype = out.dtype = dt.dtype = ATTNC_F64;
+  tbw.rank = tob.rank = 1;
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "bias", &tbias, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_bias", &tbw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.weight", &tow, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.bias", &tob, &e), ATTNC_OK);
+  assert_int_equal(attnc_grad(b, &out, &dt, &e), ATTNC_OK);
+  for (i = 0; i < 6; i++) assert_string_equal(attnc_grad_name(b, i), want[i]);
+  assert_null(attnc_grad_name(b, 6));
+  assert_true(attnc_bindings_grad_bytes(b) >= (long)sizeof(double) * (48 + 18 + 2 * 24 * 8 + 2 * 24 + 64 + 8));
+  assert_true(attnc_bindings_grad_scratch_bytes(b) > 0);
+  assert_int_equal(attnc_grad_get(b, "bias", &gt, &e), ATTNC_OK);
+  assert_true(gt.dtype == ATTNC_F64 && gt.rank == 3 && gt.shape[0] == 2 && gt.shape[1] == 3 && gt.shape[2] == 3);
+  memcpy(g_bias, gt.data, sizeof g_bias);
+  assert_int_equal(attnc_grad_get(b, "in_proj_weight", &gt, &e), ATTNC_OK);
+  assert_true(gt.rank == 2 && gt.shape[0] == 24 && gt.shape[1] == 8);
+  memcpy(g_w, gt.data, sizeof g_w);
+
+  /* the same weights as three tensors: the same gradients, bit for bit */
+  b2 = attnc_bindings_new(k);
+  {
+    attnc_tensor q = t2(8, 8, w), kk = t2(8, 8, w + 64), v = t2(8, 8, w + 128);
+    const char *parts[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight" };
+    q.dtype = kk.dtype = v.dtype = ATTNC_F64;
+    assert_int_equal(attnc_bind(b2, "x", &tx, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "bias", &tbias, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "q_proj.weight", &q, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "k_proj.weight", &kk, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "v_proj.weight", &v, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "in_proj_bias", &tbw, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "out_proj.weight", &tow, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b2, "out_proj.bias", &tob, &e), ATTNC_OK);
+    assert_int_equal(attnc_grad(b2, &out, &dt, &e), ATTNC_OK);
+    for (i = 0; i < 3; i++) {
+      assert_int_equal(attnc_grad_get(b2, parts[i], &gt, &e), ATTNC_OK);
+      assert_memory_equal(gt.data, g_w + 64 * i, 64 * sizeof(double));
+    }
+    assert_int_equal(attnc_grad_get(b2, "in_proj_weight", &gt, &e), ATTNC_EMISSING);
+  }
+  attnc_bindings_free(b2);
+
+  /* finite differences of attnc_run, on the same bindings (rebound after
+   * each change, as the data of a bound weight may be packed once) */
+  for (i = 0; i < 3; i++) {
+    const double h = 1e-5, keep = bias[bias_at[i]];
+    double up, down, fd;
+    bias[bias_at[i]] = keep + h;
+    up = loss_of(b, &out, dout, 48);
+    bias[bias_at[i]] = keep - h;
+    down = loss_of(b, &out, dout, 48);
+    bias[bias_at[i]] = keep;
+    fd = (up - down) / (2 * h);
+    if (fabs(g_bias[bias_at[i]] - fd) > 1e-7 + 1e-5 * fabs(fd))
+      fail_msg("grad bias[%d] = %.10g, finite difference %.10g", bias_at[i], g_bias[bias_at[i]], fd);
+  }
+  for (i = 0; i < 3; i++) {
+    const double h = 1e-5, keep = w[w_at[i]];
+    double up, down, fd;
+    w[w_at[i]] = keep + h;
+    assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+    up = loss_of(b, &out, dout, 48);
+    w[w_at[i]] = keep - h;
+    assert_int_equal(attnc_bind(b, "in_proj_weight", &tw, &e), ATTNC_OK);
+    down = loss_of(b, &out, dout, 48);
+    w[w_at[i]] = keep;
+    fd = (up - down) / (2 * h);
+    if (fabs(g_w[w_at[i]] - fd) > 1e-7 + 1e-5 * fabs(fd))
+      fail_msg("grad in_proj_weight[%d] = %.10g, finite difference %.10g", w_at[i], g_w[w_at[i]], fd);
+  }
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -1072,6 +1384,9 @@ int main(void)
     cmocka_unit_test(test_runtime_cache_binding_errors),
     cmocka_unit_test(test_runtime_cache_len_errors_change_nothing),
     cmocka_unit_test(test_runtime_cache_run_writes_new_rows_only),
+    cmocka_unit_test(test_runtime_grad_names_and_stacked_in_proj),
+    cmocka_unit_test(test_runtime_grad_errors),
+    cmocka_unit_test(test_runtime_grad_bias_and_in_proj),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -162,6 +162,11 @@ _bind_output = _proto("attnc_bind_output", _I, _P, _S, _T, _E)
 _set_threads = _proto("attnc_bindings_set_threads", _I, _P, _I, _E)
 _bindings_threads = _proto("attnc_bindings_threads", _I, _P)
 _run = _proto("attnc_run", _I, _P, _T, _E)
+_set_seed = _proto("attnc_bindings_set_seed", _I, _P, ctypes.c_uint64, _E)
+_kernel_trains = _proto("attnc_kernel_trains", _I, _P)
+_grad = _proto("attnc_grad", _I, _P, _T, _T, _E)
+_grad_name = _proto("attnc_grad_name", _S, _P, _I)
+_grad_get = _proto("attnc_grad_get", _I, _P, _S, _T, _E)
 _dim_count = _proto("attnc_dim_count", _I, _P)
 _dim_name = _proto("attnc_dim_name", _S, _P, _I)
 _inplace_name = _proto("attnc_inplace_name", _S, _P, _I, ctypes.POINTER(ctypes.c_int))
@@ -403,8 +408,8 @@ class Kernel:
         that name, inputs bind with or without it, and every other name
         (another layer's tensors) is ignored; without one, every name must
         be one the kernel uses.  dims sets named dims ({"S": 5}) that are
-        otherwise inferred from the tensors.  seed is the dropout seed of a
-        train spec (training is not built yet: no spec uses it today).
+        otherwise inferred from the tensors.  seed (0 .. 2^64-1) is the
+        dropout seed of a spec with train dropout=P; other specs ignore it.
 
         A cache spec (cache=CAP) also takes k_cache, v_cache (and with
         kv_dtype=int8 k_cache_scale, v_cache_scale) and cache_len.  The run
@@ -415,19 +420,52 @@ class Kernel:
         when it was updated in place.  The caller then adds the new rows'
         count to cache_len.
         """
+        return self._call(tensors, prefix, seed, dims, None)
+
+    def grad(self, tensors, dout, seed=0, prefix="", dims=None):
+        """Forward and backward of a train spec: {"out": ..., "grad.NAME": ...}.
+
+        tensors, prefix, seed and dims as for run; dout is the gradient of
+        out (out's shape, any float dtype).  The result holds "out" (and
+        "lse" / "attn" when the spec asks for them) and, for every
+        differentiable tensor given (x, kv, q, k, v, bias, sinks, each
+        weight and projection bias; not mask, positions or rope_freqs),
+        "grad." + its key exactly as given (prefix included): an array of
+        that tensor's shape (in_proj_weight whole) in the kernel's dtype,
+        float32 (float64 with dtype=f64), whatever dtype it was given in.
+        A spec without train raises attnc.Error (compile it with " train"
+        added).  The backward runs on the calling thread, with the GIL
+        released.
+        """
+        if not _kernel_trains(self._k):
+            err = _Err()
+            b = _bindings_new(self._k)
+            if not b:
+                raise Error("out of memory for the bindings", 8)
+            try:  # the library's message: the spec lacks train
+                _check(_grad(b, None, None, ctypes.byref(err)), err)
+            finally:
+                _bindings_free(b)
+        return self._call(tensors, prefix, seed, dims, dout)
+
+    def _call(self, tensors, prefix, seed, dims, dout):
+        """run (dout None) or grad: bind, describe the outputs, call the library."""
+        what = "grad" if dout is not None else "run"
         if not hasattr(tensors, "items"):
-            raise Error("run takes a dict of name -> array, got %s" % type(tensors).__name__)
-        if not isinstance(seed, int) or seed < 0 or seed >= 1 << 64:
+            raise Error("%s takes a dict of name -> array, got %s" % (what, type(tensors).__name__))
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0 or seed >= 1 << 64:
             raise Error("seed must be an integer in 0 .. 2^64-1, got %r" % (seed,))
         err = _Err()
         b = _bindings_new(self._k)
         if not b:
             raise Error("out of memory for the bindings", 8)
-        keep = []  # every array the bindings point at, alive until the run returns
+        keep = []  # every array the bindings point at, alive until the call returns
         caches = {}  # name -> the array the kernel writes (the caller's, or a copy)
+        given = {}  # the name each tensor bound as -> its key in tensors
         bf16_dtype = None
         try:
             _check(_set_threads(b, self.threads or 0, ctypes.byref(err)), err)
+            _check(_set_seed(b, int(seed), ctypes.byref(err)), err)
             for dname, value in (dims or {}).items():
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                     raise Error("dim %s must be an integer, got %r" % (dname, value), 4)
@@ -456,6 +494,7 @@ class Kernel:
                 keep.append(arr)
                 t = _tensor(arr, code)
                 _check(_bind(b, name.encode(), ctypes.byref(t), ctypes.byref(err)), err)
+                given[name] = key
             out_t = _Tensor()
             _check(_output_shape(b, ctypes.byref(out_t), ctypes.byref(err)), err)
             outs = {"out": _empty(out_t, bf16_dtype)}
@@ -469,19 +508,34 @@ class Kernel:
                 outs[oname] = _empty(t)
                 t.data = outs[oname].ctypes.data
                 _check(_bind_output(b, oname.encode(), ctypes.byref(t), ctypes.byref(err)), err)
-            # the GIL is released for the length of this call (ctypes.CDLL)
-            _check(_run(b, ctypes.byref(out_t), ctypes.byref(err)), err)
-            outs.update(caches)
+            if dout is None:
+                # the GIL is released for the length of this call (ctypes.CDLL)
+                _check(_run(b, ctypes.byref(out_t), ctypes.byref(err)), err)
+                outs.update(caches)
+                return outs
+            darr, dcode, _ = _prepare("dout", dout)
+            dt = _tensor(darr, dcode)
+            _check(_grad(b, ctypes.byref(out_t), ctypes.byref(dt), ctypes.byref(err)), err)
+            i = 0
+            while True:
+                gname = _grad_name(b, i)
+                if not gname:
+                    break
+                t = _Tensor()
+                _check(_grad_get(b, gname, ctypes.byref(t), ctypes.byref(err)), err)
+                dtype = np.dtype(_NUMPY_OF[t.dtype])
+                shape = tuple(t.shape[j] for j in range(t.rank))
+                n = int(np.prod(shape, dtype=np.int64))
+                # a copy: the bindings own the buffer, and are freed below
+                arr = np.empty(shape, dtype=dtype)
+                if n:
+                    ctypes.memmove(arr.ctypes.data, t.data, n * dtype.itemsize)
+                name = gname.decode()
+                outs["grad." + given.get(name, name)] = arr
+                i += 1
             return outs
         finally:
             _bindings_free(b)
-
-    def grad(self, tensors, dout, seed=0, prefix=""):
-        """Forward and backward of a train spec: {"out", "grad.NAME", ...}.
-
-        Not available yet: the C library has no backward pass.
-        """
-        raise Error("grad needs a train spec; training is not built yet", 9)
 
 
 def compile(spec, backend="tcc", threads=None, form="fast", spec_name=None):

@@ -312,11 +312,24 @@ class TestErrors(unittest.TestCase):
         with self.assertRaises(attnc.Error):
             k.run({}, seed=-1)
 
-    def test_grad_not_built(self):
+    def test_grad_needs_train(self):
         k = attnc.compile("mha x=B,S,16 heads=2")
         with self.assertRaises(attnc.Error) as cm:
             k.grad({}, None)
-        self.assertIn("needs a train spec; training is not built yet", str(cm.exception))
+        self.assertEqual(cm.exception.status, "ATTNC_EARG")
+        self.assertIn("this kernel has no backward pass: its spec lacks the key train", str(cm.exception))
+        self.assertIn("compile the spec with train added", str(cm.exception))
+
+    def test_seed_range(self):
+        k = attnc.compile("mha x=1,3,16 heads=2")
+        t = mha_tensors(np.random.default_rng(0), 1, 3, 16, 2)
+        # any 64-bit seed; a spec without dropout gives the same result for each
+        a = k.run(t, seed=0)["out"]
+        b = k.run(t, seed=(1 << 64) - 1)["out"]
+        self.assertTrue(np.array_equal(a, b))
+        for bad in (1 << 64, True, 1.0, "1"):
+            with self.assertRaises(attnc.Error, msg=repr(bad)):
+                k.run(t, seed=bad)
 
     def test_load_errors(self):
         with self.assertRaises(attnc.Error) as cm:
@@ -753,3 +766,89 @@ class TestCacheKernel(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def _train_kernel(spec):
+    """The kernel of a train spec, or None while the generator emits no NAME_backward."""
+    try:
+        return attnc.compile(spec)
+    except attnc.Error as e:
+        if "kernel symbols not found" in str(e):
+            return None
+        raise
+
+
+class TestTraining(unittest.TestCase):
+    """k.grad against finite differences of k.run, names as given, seeds."""
+
+    def kernel(self, spec):
+        k = _train_kernel(spec)
+        if k is None:
+            self.skipTest("the generator emits no NAME_backward yet")
+        return k
+
+    def test_grad_finite_differences(self):
+        spec = "mha x=1,3,8 heads=2 causal dtype=f64"
+        k = self.kernel(spec + " train")
+        fwd = attnc.compile(spec)
+        rng = np.random.default_rng(5)
+        p = "layers.0."
+        t = {"x": rand(rng, (1, 3, 8), 1.0, np.float64),
+             p + "in_proj_weight": rand(rng, (24, 8), 0.4, np.float64),
+             p + "in_proj_bias": rand(rng, (24,), 0.2, np.float64),
+             p + "out_proj.weight": rand(rng, (8, 8), 0.4, np.float64),
+             p + "out_proj.bias": rand(rng, (8,), 0.2, np.float64),
+             "layers.1.out_proj.bias": rand(rng, (8,), 0.2, np.float64)}  # another layer: no gradient
+        dout = rand(rng, (1, 3, 8), 1.0, np.float64)
+        g = k.grad(t, dout, prefix=p)
+        self.assertEqual(sorted(g), sorted(["out"] + ["grad." + n for n in t if not n.startswith("layers.1.")]))
+        self.assertTrue(np.allclose(g["out"], fwd.run(t, prefix=p)["out"], rtol=1e-12, atol=1e-12))
+        h = 1e-6
+        for name, a in t.items():
+            if name.startswith("layers.1."):
+                continue
+            gr = g["grad." + name]
+            self.assertEqual(gr.shape, a.shape, name)
+            self.assertEqual(gr.dtype, np.float64, name)
+            for idx in list(np.ndindex(a.shape))[::5]:
+                up = dict(t)
+                down = dict(t)
+                up[name] = a.copy()
+                up[name][idx] += h
+                down[name] = a.copy()
+                down[name][idx] -= h
+                fd = (np.sum(fwd.run(up, prefix=p)["out"] * dout) - np.sum(fwd.run(down, prefix=p)["out"] * dout)) / (2 * h)
+                self.assertLessEqual(abs(gr[idx] - fd), 1e-6 + 1e-5 * abs(fd), "%s%s: %r vs %r" % (name, idx, gr[idx], fd))
+
+    def test_grad_dtypes_and_cli(self):
+        """f32 gradients whatever the tensors' dtype; the CLI writes the same bits."""
+        k = self.kernel("mha x=1,4,8 heads=2 train")
+        rng = np.random.default_rng(6)
+        t = mha_tensors(rng, 1, 4, 8, 2)
+        t["x"] = t["x"].astype(np.float64)  # converted to f32: its gradient is f32
+        dout = rand(rng, (1, 4, 8), 1.0, np.float16)
+        g = k.grad(t, dout)
+        self.assertEqual(g["grad.x"].dtype, np.float32)
+        self.assertEqual(g["grad.q_proj.weight"].shape, (8, 8))
+        with tempfile.TemporaryDirectory() as d:
+            attnc.save_safetensors(os.path.join(d, "w.safetensors"), t)
+            attnc.save_safetensors(os.path.join(d, "d.safetensors"), {"dout": dout})
+            subprocess.run([CLI, "grad", "mha x=1,4,8 heads=2", "--tensors", os.path.join(d, "w.safetensors"),
+                            "--dout", os.path.join(d, "d.safetensors"), "--out", os.path.join(d, "g.safetensors"),
+                            "--quiet"], check=True)
+            c = attnc.load_safetensors(os.path.join(d, "g.safetensors"))
+        self.assertEqual(sorted(c), sorted(g))
+        for n in g:
+            self.assertTrue(np.array_equal(c[n], g[n]), n)
+
+    def test_dropout_seed(self):
+        k = self.kernel("mha x=1,16,8 heads=2 train dropout=0.5")
+        rng = np.random.default_rng(7)
+        t = mha_tensors(rng, 1, 16, 8, 2)
+        a = k.run(t, seed=3)["out"]
+        self.assertTrue(np.array_equal(a, k.run(t, seed=3)["out"]))
+        self.assertFalse(np.array_equal(a, k.run(t, seed=4)["out"]))
+        g = k.grad(t, np.ones((1, 16, 8), np.float32), seed=3)
+        # the forward it differentiated: another code path, so equal to rounding
+        self.assertTrue(np.allclose(g["out"], a, rtol=1e-5, atol=1e-6))
+
