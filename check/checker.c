@@ -1,4 +1,6 @@
-/* The checker: one spec, random tensors, kernel vs check/reference.c. */
+/* The checker: one spec, random tensors, kernel vs check/reference.c;
+ * in gradient mode, the kernel's gradients vs the reference's finite
+ * differences. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,7 +251,7 @@ static const char *const WEIGHT_NAMES[] = {
 };
 
 /* The reference's view of a problem: its parameters and float64 tensors. */
-static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, ref_tensors *rt)
+static void make_problem(const attnc_gen *g, struct buf *bufs, uint64_t seed, ref_problem *p, ref_tensors *rt)
 {
   int i;
   memset(p, 0, sizeof *p);
@@ -326,6 +328,8 @@ static void make_problem(const attnc_gen *g, struct buf *bufs, ref_problem *p, r
     rt->v_cache = bufs[ATTNC_SLOT_V_CACHE].ref;
     rt->cache_len = bufs[ATTNC_SLOT_CACHE_LEN].ref;
   }
+  p->dropout = g->dropout;
+  p->seed = seed;
 }
 
 struct checker_inputs {
@@ -624,6 +628,226 @@ static void loosen_to(attnc_dtype d, double *nmse, double *atol, double *a_rms, 
   *rtol = fmax(*rtol, rt2);
 }
 
+/* ---- gradient mode ------------------------------------------------------- */
+
+void checker_grad_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_rms, double *rtol)
+{
+  *atol = 0;
+  if (dt == ATTNC_F64) {
+    *nmse = INFINITY;
+    *a_rms = *rtol = 1e-8;
+  } else {
+    *nmse = 1e-8;
+    *a_rms = *rtol = 1e-4;
+  }
+}
+
+/* The slot a tensor was bound under by checker_bind_random, or -1. */
+static int slot_of_bound_name(const char *name)
+{
+  int slot;
+  for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+    const char *bound = slot >= ATTNC_SLOT_WQ && slot - ATTNC_SLOT_WQ < (int)(sizeof WEIGHT_NAMES / sizeof *WEIGHT_NAMES)
+                            ? WEIGHT_NAMES[slot - ATTNC_SLOT_WQ]
+                            : attnc_slot_name(slot);
+    if (bound && strcmp(bound, name) == 0) return slot;
+  }
+  return -1;
+}
+
+/* The reference's REF_G_* of a slot that has a gradient, or -1. */
+static int ref_grad_of_slot(int slot)
+{
+  switch (slot) {
+  case ATTNC_SLOT_X: return REF_G_X;
+  case ATTNC_SLOT_KV: return REF_G_KV;
+  case ATTNC_SLOT_BIAS: return REF_G_BIAS;
+  case ATTNC_SLOT_Q: return REF_G_Q;
+  case ATTNC_SLOT_K: return REF_G_K;
+  case ATTNC_SLOT_V: return REF_G_V;
+  case ATTNC_SLOT_SINKS: return REF_G_SINKS;
+  case ATTNC_SLOT_WQ: return REF_G_WQ;
+  case ATTNC_SLOT_BQ: return REF_G_BQ;
+  case ATTNC_SLOT_WK: return REF_G_WK;
+  case ATTNC_SLOT_BK: return REF_G_BK;
+  case ATTNC_SLOT_WV: return REF_G_WV;
+  case ATTNC_SLOT_BV: return REF_G_BV;
+  case ATTNC_SLOT_WG: return REF_G_WG;
+  case ATTNC_SLOT_BG: return REF_G_BG;
+  case ATTNC_SLOT_WO: return REF_G_WO;
+  case ATTNC_SLOT_BO: return REF_G_BO;
+  default: return -1;
+  }
+}
+
+/* The elements a gradient is judged at: all of a small tensor's, else the
+ * first, the last and random ones, 48 in all. */
+enum { GRAD_ALL_UP_TO = 64, GRAD_SAMPLE = 48 };
+
+struct grad_judged {
+  int slot;
+  size_t n, m;       /* elements, and judged ones */
+  long idx[GRAD_ALL_UP_TO];
+  double got[GRAD_ALL_UP_TO], want[GRAD_ALL_UP_TO];
+};
+
+/* Compute one gradient's judged elements: the kernel's values and the
+ * reference's finite differences.  ATTNC_OK, or a status with r->err set. */
+static attnc_status grad_sample(attnc_bindings *b, const char *name, const ref_problem *p, const ref_tensors *rt,
+                                const double *dref, uint64_t *rng, struct grad_judged *gj, checker_result *r)
+{
+  attnc_tensor t;
+  attnc_status st;
+  int a, which;
+  long want_n;
+  size_t e;
+  gj->slot = slot_of_bound_name(name);
+  which = ref_grad_of_slot(gj->slot);
+  if (which < 0) return attnc_err_set(&r->err, ATTNC_EGEN, "attnc_grad returned a gradient for '%s', which has none", name);
+  if ((st = attnc_grad_get(b, name, &t, &r->err)) != ATTNC_OK) return st;
+  gj->n = 1;
+  for (a = 0; a < t.rank; a++) gj->n *= (size_t)t.shape[a];
+  want_n = ref_grad_count(p, rt, which);
+  if (want_n < 0 || (size_t)want_n != gj->n)
+    return attnc_err_set(&r->err, ATTNC_EGEN, "the gradient of '%s' has %zu elements, the reference's %ld", name, gj->n,
+                         want_n);
+  if (gj->n <= GRAD_ALL_UP_TO) {
+    gj->m = gj->n;
+    for (e = 0; e < gj->n; e++) gj->idx[e] = (long)e;
+  } else {
+    gj->m = GRAD_SAMPLE;
+    gj->idx[0] = 0;
+    gj->idx[1] = (long)gj->n - 1;
+    for (e = 2; e < gj->m; e++) gj->idx[e] = (long)((uniform(rng) * 0.5 + 0.5) * (double)gj->n) % (long)gj->n;
+  }
+  for (e = 0; e < gj->m; e++) {
+    gj->got[e] = value_at(&t, (size_t)gj->idx[e]);
+    if (ref_grad_fd(p, rt, dref, which, gj->idx[e], &gj->want[e]) != 0)
+      return attnc_err_set(&r->err, ATTNC_EGEN, "the reference could not differentiate '%s'", name);
+  }
+  return ATTNC_OK;
+}
+
+static double rms_of(const double *v, size_t n)
+{
+  double s = 0;
+  size_t e;
+  for (e = 0; e < n; e++) s += v[e] * v[e];
+  return n ? sqrt(s / (double)n) : 0;
+}
+
+/* Judge every gradient attnc_grad computed (and require one for each
+ * differentiable tensor bound).  Fills r's gradient fields; returns the
+ * worst ratio, or INFINITY with r->err set. */
+static double judge_grads(attnc_bindings *b, const attnc_gen *g, const checker_inputs *in, const ref_problem *p,
+                          const ref_tensors *rt, const double *dref, const checker_opts *o, checker_result *r)
+{
+  struct grad_judged *gj = calloc(ATTNC_SLOT_COUNT, sizeof *gj);
+  uint64_t rng = (o->seed + 7) * 0x9E3779B97F4A7C15ULL;
+  double nmse_max, atol, a_rms, rtol, worst = 0, bq_rms = -1;
+  const char *name;
+  int i, k, have[ATTNC_SLOT_COUNT] = { 0 };
+  size_t e;
+  if (!gj) {
+    attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory");
+    return INFINITY;
+  }
+  checker_grad_bounds(g->dtype, &nmse_max, &atol, &a_rms, &rtol);
+  for (i = 0; (name = attnc_grad_name(b, i)) != NULL; i++) {
+    if (i >= (int)(sizeof r->grads / sizeof *r->grads) || i >= ATTNC_SLOT_COUNT) {
+      attnc_err_set(&r->err, ATTNC_EGEN, "attnc_grad returned more gradients than there are tensors");
+      worst = INFINITY;
+      goto done;
+    }
+    if (grad_sample(b, name, p, rt, dref, &rng, &gj[i], r) != ATTNC_OK) {
+      worst = INFINITY;
+      goto done;
+    }
+    if (have[gj[i].slot]++) {
+      attnc_err_set(&r->err, ATTNC_EGEN, "attnc_grad listed '%s' twice", name);
+      worst = INFINITY;
+      goto done;
+    }
+    snprintf(r->grads[i].name, sizeof r->grads[i].name, "%s", name);
+    if (gj[i].slot == ATTNC_SLOT_BQ) bq_rms = rms_of(gj[i].want, gj[i].m);
+  }
+  r->n_grads = i;
+  for (k = 0; k < ATTNC_SLOT_COUNT; k++)
+    if (ref_grad_of_slot(k) >= 0 && in->bufs[k].t.data && g->used[k] && !have[k]) {
+      attnc_err_set(&r->err, ATTNC_EGEN, "attnc_grad computed no gradient for '%s'",
+                    k >= ATTNC_SLOT_WQ ? WEIGHT_NAMES[k - ATTNC_SLOT_WQ] : attnc_slot_name(k));
+      worst = INFINITY;
+      goto done;
+    }
+  for (i = 0; i < r->n_grads; i++) {
+    checker_grad *cg = &r->grads[i];
+    double d2 = 0, r2 = 0, tol0;
+    cg->n = gj[i].n;
+    cg->judged = gj[i].m;
+    /* softmax ignores a per-row constant: k's bias has no gradient, and is
+     * judged on the scale of q's bias's */
+    cg->rms = gj[i].slot == ATTNC_SLOT_BK && bq_rms >= 0 ? bq_rms : rms_of(gj[i].want, gj[i].m);
+    if (cg->rms == 0) /* no scale of its own (every key hidden, say): the largest of the others' */
+      for (k = 0; k < r->n_grads; k++) cg->rms = fmax(cg->rms, rms_of(gj[k].want, gj[k].m));
+    tol0 = atol + a_rms * cg->rms;
+    for (e = 0; e < gj[i].m; e++) {
+      const double got = gj[i].got[e], want = gj[i].want[e], d = fabs(got - want);
+      const double ratio = isnan(got) || isnan(want) ? INFINITY : d / (tol0 + rtol * fabs(want));
+      d2 += d * d;
+      r2 += want * want;
+      if (d > cg->max_abs || isnan(d)) cg->max_abs = isnan(d) ? INFINITY : d;
+      if (ratio > cg->worst) {
+        cg->worst = ratio;
+        if (ratio > 1 && ratio >= worst)
+          snprintf(r->err.message, sizeof r->err.message, "grad.%s element %ld is %.9g, the finite differences %.9g",
+                   cg->name, gj[i].idx[e], got, want);
+      }
+    }
+    cg->nmse = r2 > 0 ? d2 / r2 : (d2 > 0 ? INFINITY : 0);
+    if (gj[i].slot == ATTNC_SLOT_BK) cg->nmse = 0; /* no scale of its own: the elementwise bound judges it */
+    if (cg->nmse > nmse_max && cg->worst <= 1) {
+      cg->worst = 1 + cg->nmse; /* fails on NMSE alone */
+      snprintf(r->err.message, sizeof r->err.message, "grad.%s has NMSE %.3g, above %.0e", cg->name, cg->nmse, nmse_max);
+    }
+    r->n_grad += cg->judged;
+    if (cg->max_abs > r->max_grad_err) r->max_grad_err = cg->max_abs;
+    if (cg->worst >= r->worst_grad) {
+      r->worst_grad = cg->worst;
+      snprintf(r->grad_worst_name, sizeof r->grad_worst_name, "%s", cg->name);
+    }
+    if (cg->worst > worst) worst = cg->worst;
+  }
+done:
+  free(gj);
+  return worst;
+}
+
+/* Compile spec; in gradient mode with train appended when the spec has
+ * none (after a newline: it ends a comment the spec may close with), or
+ * when the spec needs it to compile (dropout).  A spec that fails either
+ * way reports its own error. */
+static attnc_kernel *compile_for(const char *spec, const checker_opts *o, const attnc_options *ko, attnc_error *err)
+{
+  attnc_kernel *k = attnc_compile(spec, ko, err), *kt;
+  attnc_error err2;
+  char *trained;
+  size_t n;
+  if (!o->grad || (k && attnc_kernel_trains(k))) return k;
+  n = strlen(spec);
+  trained = malloc(n + 8);
+  if (!trained) {
+    attnc_release(k);
+    attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
+    return NULL;
+  }
+  memcpy(trained, spec, n);
+  memcpy(trained + n, "\ntrain", 7);
+  kt = attnc_compile(trained, ko, k ? err : &err2);
+  free(trained);
+  attnc_release(k);
+  return kt;
+}
+
 int checker_run(const char *spec, const checker_opts *o, checker_result *r)
 {
   attnc_options ko;
@@ -632,27 +856,28 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   checker_inputs *in = NULL;
   struct buf *bufs;
   const attnc_gen *g;
-  attnc_tensor out;
+  attnc_tensor out, dout;
   ref_problem p;
   ref_tensors rt;
   struct extra_out lse, attn;
-  double *ref_out = NULL, atol, rtol, a_rms, nmse_max, worst = 0, sum_d2 = 0, sum_r2 = 0;
+  double *ref_out = NULL, *dref = NULL, atol, rtol, a_rms, nmse_max, worst = 0, sum_d2 = 0, sum_r2 = 0;
   double *ref_cache[4] = { NULL, NULL, NULL, NULL }; /* the reference's k_cache, v_cache after the run, and int8 scales */
   double c_atol = 0, c_arms = 0, c_rtol = 0;
   size_t n_finite = 0;
-  void *out_mem = NULL;
+  void *out_mem = NULL, *dout_mem = NULL;
   int i;
   size_t n, j;
 
   memset(r, 0, sizeof *r);
   memset(&out, 0, sizeof out);
+  memset(&dout, 0, sizeof dout);
   memset(&lse, 0, sizeof lse);
   memset(&attn, 0, sizeof attn);
   ko.backend = o->backend;
   ko.threads = 0;
   ko.spec_name = o->spec_name;
   ko.form = o->form;
-  k = attnc_compile(spec, &ko, &r->err);
+  k = compile_for(spec, o, &ko, &r->err);
   if (!k) { r->status = r->err.code; return 0; }
   r->backend = attnc_kernel_backend(k);
   snprintf(r->canonical, sizeof r->canonical, "%s", attnc_canonical(k));
@@ -660,6 +885,7 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   b = attnc_bindings_new(k);
   if (!b) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
   if (o->threads && (r->status = attnc_bindings_set_threads(b, o->threads, &r->err)) != ATTNC_OK) goto done;
+  if (g->train && (r->status = attnc_bindings_set_seed(b, o->dropout_seed, &r->err)) != ATTNC_OK) goto done;
   in = checker_bind_random(k, b, o, &r->err);
   if (!in) { r->status = r->err.code; goto done; }
   bufs = in->bufs;
@@ -674,10 +900,9 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   /* the other outputs: log-sum-exp per row, the attention weights */
   if (g->has_lse && (r->status = bind_extra(b, "lse", &lse, &r->err)) != ATTNC_OK) goto done;
   if (g->has_attn && (r->status = bind_extra(b, "attn", &attn, &r->err)) != ATTNC_OK) goto done;
-  r->status = attnc_run(b, &out, &r->err);
-  if (r->status != ATTNC_OK) goto done;
 
-  make_problem(g, bufs, &p, &rt);
+  /* the reference first: in gradient mode dout is 0 where its out is NaN */
+  make_problem(g, bufs, o->dropout_seed, &p, &rt);
   rt.lse = lse.ref;
   rt.weights = attn.ref;
   if (p.cache) { /* the caches after the run; the int8 scales start as bound and get the new rows' */
@@ -700,6 +925,24 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     r->status = attnc_err_set(&r->err, ATTNC_EGEN, "the reference rejected this problem");
     goto done;
   }
+  if (o->grad) { /* dout in [-1, 1], stored in out's dtype; the reference reads the stored values */
+    uint64_t rng = (o->seed + 3) * 0x2545F4914F6CDD1DULL;
+    dout = out;
+    dout_mem = malloc(n * attnc_dtype_size(out.dtype) + 1);
+    dref = malloc(n * sizeof(double) + 1);
+    if (!dout_mem || !dref) { r->status = attnc_err_set(&r->err, ATTNC_ENOMEM, "out of memory"); goto done; }
+    dout.data = dout_mem;
+    for (j = 0; j < n; j++) {
+      double v = isnan(ref_out[j]) ? 0.0 : uniform(&rng);
+      attnc_convert(&v, ATTNC_F64, (char *)dout_mem + j * attnc_dtype_size(out.dtype), out.dtype, 1);
+      dref[j] = value_at(&dout, j);
+    }
+    r->status = attnc_grad(b, &out, &dout, &r->err);
+  } else {
+    r->status = attnc_run(b, &out, &r->err);
+  }
+  if (r->status != ATTNC_OK) goto done;
+
   checker_bounds(g->dtype, &nmse_max, &atol, &a_rms, &rtol);
   if (g->wdtype != g->dtype) /* weights stored otherwise: the looser of the two rows */
     loosen_to(g->wdtype, &nmse_max, &atol, &a_rms, &rtol);
@@ -747,6 +990,15 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
   r->nmse = sum_r2 > 0 ? sum_d2 / sum_r2 : (sum_d2 > 0 ? INFINITY : 0);
   r->nmse_max = nmse_max;
   r->ok = worst <= 1 && r->nmse <= nmse_max;
+  if (o->grad) {
+    char forward_msg[sizeof r->err.message];
+    double gw;
+    memcpy(forward_msg, r->err.message, sizeof forward_msg);
+    r->err.message[0] = 0;
+    gw = judge_grads(b, g, in, &p, &rt, dref, o, r);
+    if (!r->ok && forward_msg[0]) memcpy(r->err.message, forward_msg, sizeof forward_msg); /* the forward's mismatch first */
+    r->ok = r->ok && gw <= 1;
+  }
 done:
   for (i = 0; i < 4; i++) free(ref_cache[i]);
   checker_inputs_free(in);
@@ -755,6 +1007,8 @@ done:
   free(attn.mem);
   free(attn.ref);
   free(out_mem);
+  free(dout_mem);
+  free(dref);
   free(ref_out);
   attnc_bindings_free(b);
   attnc_release(k);
@@ -804,7 +1058,7 @@ static int bound_problem(const attnc_gen *g, attnc_bindings *b, int mask_only, s
     free(bufs[ATTNC_SLOT_CACHE_LEN].ref);
     bufs[ATTNC_SLOT_CACHE_LEN].ref = dense;
   }
-  make_problem(g, bufs, p, rt);
+  make_problem(g, bufs, attnc_bindings_seed(b), p, rt);
   return 0;
 }
 

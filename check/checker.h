@@ -1,6 +1,8 @@
 /* Check one spec against the float64 reference: random weights and inputs
  * (seeded), run the kernel, run check/reference.c, compare.  Used by
- * `attnc check` and by the sweep tests. */
+ * `attnc check` and by the sweep tests.  With checker_opts.grad (`attnc
+ * check SPEC --grad`) the gradients of a train kernel are judged too,
+ * against finite differences of the reference. */
 #ifndef ATTNC_CHECKER_H
 #define ATTNC_CHECKER_H
 
@@ -27,7 +29,29 @@ typedef struct checker_opts {
    * for every batch element (attnc bench --cache-len) */
   int cache_len_set;
   int64_t cache_len;
+  /* Gradient mode: compile the spec with train (appended when the spec
+   * has none), bind random tensors as above, draw a random dout in [-1, 1]
+   * (0 where the reference's out is NaN), run attnc_grad, judge out (and
+   * lse, attn) as the forward check does, and then, for every gradient
+   * attnc_grad_name lists, every element of a small tensor or 48 of a
+   * large one (the first, the last and random ones) against the
+   * reference's finite-difference gradient of L = sum(out * dout).  A
+   * gradient element must be within the bound of checker_grad_bounds. */
+  int grad;
+  /* The dropout seed the bindings get (attnc_bindings_set_seed) and the
+   * reference uses, for a train spec in either mode. */
+  uint64_t dropout_seed;
 } checker_opts;
+
+/* One gradient's verdict in gradient mode. */
+typedef struct checker_grad {
+  char name[64];                  /* as bound, e.g. "x", "linear_q.weight" */
+  size_t n, judged;               /* its elements, and how many were compared */
+  double max_abs;                 /* max |got - want| over those */
+  double rms;                     /* rms of the reference's values there (k's bias: q's bias's, see checker_grad_bounds) */
+  double worst;                   /* max |got - want| / tolerance (<= 1 passes) */
+  double nmse;                    /* sum (got - want)^2 / sum want^2 over the judged elements */
+} checker_grad;
 
 typedef struct checker_result {
   attnc_status status;            /* ATTNC_OK when the kernel ran */
@@ -41,6 +65,13 @@ typedef struct checker_result {
   size_t n_attn;                  /* attention weights compared too (spec key weights_out) */
   size_t n_cache;                 /* cache values the run wrote, compared with the reference's rows;
                                      every other cache row (and int8 scale) must be unchanged */
+  /* gradient mode: */
+  size_t n_grad;                  /* gradient elements judged, over all gradients */
+  int n_grads;                    /* gradients judged (entries of grads) */
+  double max_grad_err;            /* the largest max_abs of grads */
+  double worst_grad;              /* the largest worst of grads: <= 1 passes */
+  char grad_worst_name[64];       /* the gradient with that worst */
+  checker_grad grads[24];
   int ok;                         /* 1 when within tolerance and NaNs match */
   char canonical[2048];
   attnc_backend backend;
@@ -63,6 +94,17 @@ int checker_visible(attnc_kernel *k, attnc_bindings *b, unsigned char **vis, int
 /* DESIGN.md's accuracy bounds for a kernel computing in dt (I8: weights=int8): NMSE at most
  * *nmse; each element within *atol + *a_rms * rms(reference) + *rtol * |r|. */
 void checker_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_rms, double *rtol);
+
+/* The bound of a gradient element in gradient mode (dt: the kernel's
+ * dtype): |got - want| <= atol + a_rms * rms + rtol * |want|, rms being
+ * the root mean square of the reference's values over the judged
+ * elements, and NMSE over them at most *nmse: DESIGN.md's f32 gradient row
+ * (1e-4 rms + 1e-4 |r|, NMSE 1e-8), and for f64 its f64 row widened by
+ * what the finite differences themselves miss (about 2e-10 of the scale:
+ * 1e-8 rms + 1e-8 |r|).  A gradient that is 0 in exact arithmetic (the k
+ * projection's bias) takes its rms from the q projection bias's, and one
+ * whose judged elements are all 0 from the largest of the others'. */
+void checker_grad_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_rms, double *rtol);
 
 /* Returns r->ok. */
 int checker_run(const char *spec, const checker_opts *o, checker_result *r);

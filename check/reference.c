@@ -4,7 +4,8 @@
  * prepare_qkv_global, forward) step by step, with the extensions of
  * docs/spec.md (GQA/MQA, cross-attention, causal, window, empty rows,
  * core mode) and of DESIGN.md's spec language v2 (positions, rope, alibi,
- * softcap, sinks, pe, lse, the KV cache).  Nothing here is fast on purpose: one batch at
+ * softcap, sinks, pe, lse, the KV cache) and of its "Training" (dropout;
+ * gradients by finite differences).  Nothing here is fast on purpose: one batch at
  * a time, one query row at a time, plain loops, so that a reader can check
  * each line against the math.  Semantics decided here that the design leaves open are
  * marked "Decision:". */
@@ -192,6 +193,7 @@ static int check_modifiers(const ref_problem *p, const geom *g)
   if (!(p->alibi >= 0.0) || (p->alibi > 0.0 && p->global)) return -1;
   if (!(p->softcap >= 0.0)) return -1;
   if (p->sinks && p->empty_rows != REF_EMPTY_ZERO) return -1;
+  if (!(p->dropout >= 0.0 && p->dropout < 1.0)) return -1;
   /* Decision: kv gets the encoding of its own width, which must be even too. */
   if (p->pe != REF_PE_NONE && (p->core || g->c_in % 2 != 0 || g->c_kv % 2 != 0)) return -1;
   return 0;
@@ -376,6 +378,7 @@ static double alibi_slope(double max_bias, int H, int h)
 /* One logit row: where it sits and where its results go. */
 typedef struct row {
   const long *bidx;
+  long b;                       /* the batch element, bidx flattened row-major */
   int h;                        /* query head */
   long i;                       /* logit row, 0..Sl-1 */
   const double *q;              /* the row's c query features, rotated and unscaled */
@@ -456,8 +459,58 @@ static void empty_row_weights(int empty_rows, long Sk, long filled, double *w)
   for (long j = 0; j < Sk; j++) w[j] = j < filled ? fill : 0.0;
 }
 
-/* One logit row: scores, softmax, weighted sum of v.  w (Sk doubles) and
- * vis (Sk chars) are scratch. */
+/* ---- dropout ------------------------------------------------------------- */
+
+/* hi and lo words of the 64-bit product a * b. */
+static void mulhilo32(uint32_t a, uint32_t b, uint32_t *hi, uint32_t *lo)
+{
+  uint64_t prod = (uint64_t)a * b;
+  *hi = (uint32_t)(prod >> 32);
+  *lo = (uint32_t)prod;
+}
+
+/* Random123's philox4x32_R with R = 10: a round, then for each of the
+ * other nine the key bumped by the Weyl constants and a round again. */
+void ref_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
+{
+  uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+  for (int round = 0; round < 10; round++) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    uint32_t hi0, lo0, hi1, lo1;
+    mulhilo32(0xD2511F53u, c0, &hi0, &lo0);
+    mulhilo32(0xCD9E8D57u, c2, &hi1, &lo1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+int ref_dropout_keeps(double p, uint64_t seed, long b, long h, long i, long j)
+{
+  uint32_t ctr[4] = { (uint32_t)(j / 4), (uint32_t)i, (uint32_t)h, (uint32_t)b };
+  uint32_t key[2] = { (uint32_t)seed, (uint32_t)(seed >> 32) }, word[4];
+  ref_philox4x32_10(ctr, key, word);
+  return (double)word[j % 4] >= floor(p * 4294967296.0);
+}
+
+/* Dropout of a row's probabilities w: kept ones times 1/(1-p), the others 0. */
+static void dropout_row(const ref_problem *p, const geom *g, const row *rw, double *w)
+{
+  double keep_scale = 1.0 / (1.0 - p->dropout);
+  for (long j = 0; j < g->Sk; j++)
+    w[j] = ref_dropout_keeps(p->dropout, p->seed, rw->b, rw->h, rw->i, j) ? w[j] * keep_scale : 0.0;
+}
+
+/* One logit row: scores, softmax, dropout, weighted sum of v.  w (Sk
+ * doubles) and vis (Sk chars) are scratch. */
 static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g, const row *rw,
                        double *w, char *vis)
 {
@@ -467,6 +520,8 @@ static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g
     lse = softmax(p, t, rw->h, g->Sk, nvis, m, w, vis);
   else
     empty_row_weights(p->empty_rows, g->Sk, g->filled, w);
+  /* a row that sees no key follows empty_rows (or the sink) untouched */
+  if (nvis > 0 && p->dropout > 0.0) dropout_row(p, g, rw, w);
   for (long d = 0; d < g->c; d++) {
     double s = 0.0;
     for (long j = 0; j < g->Sk; j++) s += w[j] * rw->v[j * rw->stride + d];
@@ -522,7 +577,7 @@ static int run_core(const ref_problem *p, const ref_tensors *t, const geom *g, d
     for (int h = 0; h < H; h++) {
       long kvh = h / (H / G);   /* GQA: H/G consecutive query heads share one kv head */
       for (long i = 0; i < Sq; i++) {
-        row rw = { bidx, h, i, q + (h * Sq + i) * c, k + kvh * Sk * c, v + kvh * Sk * c, c,
+        row rw = { bidx, b, h, i, q + (h * Sq + i) * c, k + kvh * Sk * c, v + kvh * Sk * c, c,
                    o_b + (p->bshc ? i * H + h : h * Sq + i) * c,
                    weights_at(t, g, b, h, i), lse_at(t, g, b, h, i) };
         attend_row(p, t, g, &rw, w, vis);
@@ -713,7 +768,7 @@ static int run_full(const ref_problem *p, const ref_tensors *t, const geom *g0, 
     for (int h = 0; h < H; h++) {
       long kvh = p->global ? 0 : h / (H / G);
       for (long i = 0; i < g->Sl; i++) {
-        row rw = { bidx, h, i, q + i * hc + h * c, k + kvh * c, v + kvh * c, kvw,
+        row rw = { bidx, b, h, i, q + i * hc + h * c, k + kvh * c, v + kvh * c, kvw,
                    o + i * hc + h * c, weights_at(t, g, b, h, i), lse_at(t, g, b, h, i) };
         attend_row(p, t, g, &rw, w, vis);
       }
@@ -818,4 +873,106 @@ int ref_attention(const ref_problem *p, const ref_tensors *t, double *out)
     }
   }
   return run_full(p, t, &g, out);
+}
+
+/* ---- gradients by finite differences -------------------------------------- */
+
+long ref_grad_count(const ref_problem *p, const ref_tensors *t, int which)
+{
+  geom g;
+  if (resolve(p, &g) != 0) return -1;
+  long nx = 1, nkv = 1;
+  for (int a = 0; a < p->rank; a++) {
+    nx *= p->x[a];
+    nkv *= p->kv[a];
+  }
+  long hc = (long)g.H * g.c;
+  int full = !p->core, cross = full && t && t->kv && t->kv != t->x;
+  switch (which) {
+  case REF_G_X: return full ? nx : 0;
+  case REF_G_KV: return cross ? nkv : 0;
+  case REF_G_BIAS: {
+    long n = p->has_bias;
+    for (int a = 0; a < p->bias_rank && n; a++) n *= p->bias[a];
+    return n;
+  }
+  case REF_G_Q: return p->core ? nx : 0;
+  case REF_G_K: case REF_G_V: return p->core ? nkv : 0;
+  case REF_G_SINKS: return p->sinks ? g.H : 0;
+  case REF_G_WQ: return full ? hc * g.c_in : 0;
+  case REF_G_BQ: return full && p->qkv_bias ? hc : 0;
+  case REF_G_WK: case REF_G_WV: return full ? g.kvw * g.c_kv : 0;
+  case REF_G_BK: case REF_G_BV: return full && p->qkv_bias ? g.kvw : 0;
+  case REF_G_WG: return full && p->gated ? hc * g.c_in : 0;
+  case REF_G_BG: return full && p->gated ? hc : 0;
+  case REF_G_WO: return full ? g.c_in * hc : 0;
+  case REF_G_BO: return full && p->out_bias ? g.c_in : 0;
+  default: return -1;
+  }
+}
+
+/* Where tensor `which` sits in t. */
+static const double **tensor_slot(ref_tensors *t, int which)
+{
+  switch (which) {
+  case REF_G_X: return &t->x;
+  case REF_G_KV: return &t->kv;
+  case REF_G_BIAS: return &t->bias;
+  case REF_G_Q: return &t->q;
+  case REF_G_K: return &t->k;
+  case REF_G_V: return &t->v;
+  case REF_G_SINKS: return &t->sinks;
+  case REF_G_WQ: return &t->wq;
+  case REF_G_BQ: return &t->bq;
+  case REF_G_WK: return &t->wk;
+  case REF_G_BK: return &t->bk;
+  case REF_G_WV: return &t->wv;
+  case REF_G_BV: return &t->bv;
+  case REF_G_WG: return &t->wg;
+  case REF_G_BG: return &t->bg;
+  case REF_G_WO: return &t->wo;
+  case REF_G_BO: return &t->bo;
+  default: return NULL;
+  }
+}
+
+/* L = sum(out * dout) over the terms whose dout is not 0. */
+static int loss(const ref_problem *p, const ref_tensors *t, const double *dout, double *out, long n, double *l)
+{
+  if (ref_attention(p, t, out) != 0) return -1;
+  double s = 0.0;
+  for (long e = 0; e < n; e++)
+    if (dout[e] != 0.0) s += out[e] * dout[e];
+  *l = s;
+  return 0;
+}
+
+int ref_grad_fd(const ref_problem *p, const ref_tensors *t, const double *dout, int which, long idx, double *grad)
+{
+  if (!t || !dout || !grad) return -1;
+  long n = ref_grad_count(p, t, which), nout = ref_output_shape(p, NULL, NULL);
+  if (n <= 0 || idx < 0 || idx >= n || nout < 0) return -1;
+  /* a copy of t that writes no optional output, with a copy of the
+   * tensor to perturb (in self-attention x is kv too) */
+  ref_tensors tc = *t;
+  tc.weights = tc.lse = tc.k_cache_out = tc.v_cache_out = tc.k_scale_out = tc.v_scale_out = NULL;
+  const double **slot = tensor_slot(&tc, which);
+  double *x = malloc((size_t)n * sizeof *x), *out = malloc((size_t)nout * sizeof *out + 1);
+  int rc = (x && out && *slot) ? 0 : -1;
+  if (rc == 0) {
+    memcpy(x, *slot, (size_t)n * sizeof *x);
+    if (which == REF_G_X && tc.kv == tc.x) tc.kv = x;
+    *slot = x;
+    const double x0 = x[idx], h = 1e-3 * fmax(1.0, fabs(x0));
+    const double steps[4] = { -2 * h, -h, h, 2 * h };
+    double l[4];
+    for (int s = 0; rc == 0 && s < 4; s++) {
+      x[idx] = x0 + steps[s];
+      rc = loss(p, &tc, dout, out, nout, &l[s]);
+    }
+    if (rc == 0) *grad = (8.0 * (l[2] - l[1]) - (l[3] - l[0])) / (12.0 * h);
+  }
+  free(x);
+  free(out);
+  return rc;
 }

@@ -5,6 +5,8 @@
 #ifndef ATTNC_REFERENCE_H
 #define ATTNC_REFERENCE_H
 
+#include <stdint.h>
+
 #define REF_MAX_RANK 8
 
 enum { REF_CAUSAL_NONE = 0, REF_CAUSAL_TOP_LEFT, REF_CAUSAL_BOTTOM_RIGHT };
@@ -52,6 +54,14 @@ typedef struct ref_problem {
    * cache_len[b] + i and sees keys j <= cache_len[b] + i (causal always). */
   long cache;               /* CAP; 0 = no cache */
   int kv_dtype;             /* REF_KV_*: the storage the new rows are rounded to */
+  /* Dropout (DESIGN.md "Training"): in every row that sees a key, after
+   * the softmax (a sink keeps its share, and gives the output nothing),
+   * key j's probability is kept, times 1/(1-p), iff ref_dropout_keeps(p,
+   * seed, b, h, i, j), else 0; b is the batch element (flattened
+   * row-major), i the logit row (0 for global).  lse is unaffected; the
+   * weights output holds the probabilities after dropout. */
+  double dropout;           /* p, 0 <= p < 1; 0 = off */
+  uint64_t seed;            /* the dropout seed */
 } ref_problem;
 
 /* Tensors, all row-major float64, in PyTorch layout (Linear weight = (out, in)).
@@ -96,5 +106,38 @@ double ref_quantize_row(double *x, long c);
 long ref_visible(const ref_problem *p, const ref_tensors *t, unsigned char *vis);
 /* Compute out (ref_output_shape elements).  Returns 0, or -1 on a bad problem. */
 int ref_attention(const ref_problem *p, const ref_tensors *t, double *out);
+
+/* Philox4x32-10 (Salmon et al., SC'11; Random123's philox4x32): out =
+ * the 4 words of counter ctr under key. */
+void ref_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* Whether dropout with probability p keeps key j of logit row i of head h
+ * in batch element b: word[j mod 4] >= floor(p * 2^32), word = Philox of
+ * the counter (floor(j/4), i, h, b) under the key (seed mod 2^32,
+ * floor(seed / 2^32)).  1 or 0. */
+int ref_dropout_keeps(double p, uint64_t seed, long b, long h, long i, long j);
+
+/* The tensors that have a gradient (DESIGN.md "Training"): x, kv (cross-
+ * attention), bias, q, k, v (core), sinks, and every weight and projection bias. */
+enum {
+  REF_G_X = 0, REF_G_KV, REF_G_BIAS, REF_G_Q, REF_G_K, REF_G_V, REF_G_SINKS,
+  REF_G_WQ, REF_G_BQ, REF_G_WK, REF_G_BK, REF_G_WV, REF_G_BV, REF_G_WG, REF_G_BG, REF_G_WO, REF_G_BO,
+  REF_G_COUNT
+};
+/* The number of elements of tensor `which` (REF_G_*) in problem p (with
+ * t: kv counts only when t->kv is a tensor of its own), 0 when the problem
+ * has no such tensor, -1 on a bad problem. */
+long ref_grad_count(const ref_problem *p, const ref_tensors *t, int which);
+/* The reference's gradient of L = sum(out * dout) with respect to element
+ * idx of tensor `which`, by finite differences: the fourth-order central
+ * stencil (8 (L(h) - L(-h)) - (L(2h) - L(-2h))) / 12h, h = 1e-3 *
+ * max(1, |x|).  Its truncation error, O(h^4), stays far below the
+ * rounding error of L over h, so the step is large: in float64 this is
+ * good to about 2e-10 of the gradients' scale (the second-order stencil
+ * at h = 1e-6 reaches only 1e-8; this one at 1e-4 about 2e-9).  Terms
+ * whose dout is exactly 0 are left out of L (so a NaN output, which
+ * empty_rows=nan gives, can be excluded); the optional outputs of t
+ * (weights, lse, caches) are not written.  0, or -1 on a bad problem or
+ * index, or out of memory. */
+int ref_grad_fd(const ref_problem *p, const ref_tensors *t, const double *dout, int which, long idx, double *grad);
 
 #endif

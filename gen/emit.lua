@@ -248,6 +248,7 @@ function M.emit(p, form)
       env.HPG = p.HPG
       env.bias_h_on, env.bias_i_on = p.bias_h and true or false, (p.bias_i and not p.global) and true or false
       env.use_prims = p.dtype ~= "f64"
+      env.fast = true
       source = source .. render("backward_common.c.tmpl", env) .. render("fast_backward.c.tmpl", env)
     end
   end

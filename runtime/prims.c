@@ -246,6 +246,8 @@ static void choose(void)
   table.attend_work = attnc_prims_attend_work;
   table.combine = attnc_prims_combine_generic;
   table.sigmoid_mul = attnc_prims_sigmoid_mul_generic;
+  table.pack_size = attnc_prims_pack_size;
+  table.pack = attnc_prims_pack;
 #if defined(__x86_64__) && defined(__GNUC__)
   /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
   const int generic_only = force && strcmp(force, "generic") == 0;

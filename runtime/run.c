@@ -310,6 +310,28 @@ static attnc_status expose_stacked(attnc_bindings *b, int which, attnc_error *er
   return ATTNC_OK;
 }
 
+/* args->parallel of the backward: the kernel's items on the pool's
+ * threads (pool points at the thread count). */
+struct backward_ctx {
+  void (*fn)(void *ctx, long item);
+  void *ctx;
+};
+
+static void backward_item(void *ctx, long item, int thread)
+{
+  const struct backward_ctx *c = ctx;
+  (void)thread;
+  c->fn(c->ctx, item);
+}
+
+static void backward_items(void *pool, long items, void (*fn)(void *ctx, long item), void *ctx)
+{
+  struct backward_ctx c;
+  c.fn = fn;
+  c.ctx = ctx;
+  attnc_pool_run((int)*(const long *)pool, items, backward_item, &c);
+}
+
 attnc_status attnc_grad(attnc_bindings *b, attnc_tensor *out, const attnc_tensor *dout, attnc_error *err)
 {
   const attnc_gen *g;
@@ -350,8 +372,17 @@ attnc_status attnc_grad(attnc_bindings *b, attnc_tensor *out, const attnc_tensor
   if (!dout->data && n > 0) return attnc_err_set(err, ATTNC_EARG, "dout has no data");
   if ((s = attnc_bindings_check_aligned("dout", dout, err)) != ATTNC_OK) return s;
   if ((s = build_args(b, out, &args, dims, err)) != ATTNC_OK) return s;
-  /* the backward reads neither the primitives, packed weights nor scratch
-   * (templates/abi.h): they stay NULL, and nothing is packed for it */
+  /* the fast form's backward projects with the linear primitive on the
+   * packed weights (f32), and runs its items on the pool */
+  if (!g->plain) {
+    if (g->dtype != ATTNC_F64 && !getenv("ATTNC_NO_PRIMS")) {
+      args.prims = attnc_prims_get();
+      if (!g->core && (s = pack_weights(b, &args, err)) != ATTNC_OK) return s;
+    }
+    args.nthreads = b->threads;
+    args.parallel = backward_items;
+    args.pool = &args.nthreads;
+  }
   args.dout = dout->data;
   if (dout->dtype != g->dtype) {
     if (!room(&b->dout_conv, &b->dout_n, n, attnc_dtype_size(g->dtype)))

@@ -1584,6 +1584,262 @@ static void test_reference_cache_rejects(void **state)
   cache_problem_free(&t, out, kc, vc, ks, vs);
 }
 
+/* DESIGN.md's two known answers (Random123's kat_vectors for philox4x32_10). */
+static void test_reference_philox_known_answers(void **state)
+{
+  (void)state;
+  uint32_t c0[4] = { 0, 0, 0, 0 }, k0[2] = { 0, 0 }, out[4];
+  uint32_t c1[4] = { 0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u }, k1[2] = { 0xa4093822u, 0x299f31d0u };
+  ref_philox4x32_10(c0, k0, out);
+  assert_true(out[0] == 0x6627e8d5u && out[1] == 0xe169c58du && out[2] == 0xbc57ac4cu && out[3] == 0x9b00dbd8u);
+  ref_philox4x32_10(c1, k1, out);
+  assert_true(out[0] == 0xd16cfe09u && out[1] == 0x94fdccebu && out[2] == 0x5001e420u && out[3] == 0x24126ea1u);
+
+  /* The same words through the keep rule: counter (j/4, i, h, b), key
+   * (seed mod 2^32, seed / 2^32), word j mod 4 against floor(p 2^32). */
+  const uint64_t seed = 0x299f31d0a4093822ull;
+  const long j0 = 4L * 0x243f6a88L, i = 0x85a308d3L, h = 0x13198a2eL, b = 0x03707344L;
+  const int half[4] = { 1, 1, 0, 0 };   /* 0xd16cfe09, 0x94fdcceb >= 2^31 > 0x5001e420, 0x24126ea1 */
+  for (int m = 0; m < 4; m++) assert_int_equal(ref_dropout_keeps(0.5, seed, b, h, i, j0 + m), half[m]);
+  /* the threshold is inclusive: a word equal to it is kept */
+  assert_int_equal(ref_dropout_keeps(0x94fdccebu / 4294967296.0, seed, b, h, i, j0 + 1), 1);
+  assert_int_equal(ref_dropout_keeps(0x94fdccecu / 4294967296.0, seed, b, h, i, j0 + 1), 0);
+  assert_int_equal(ref_dropout_keeps(0.0, seed, b, h, i, j0 + 3), 1);   /* p = 0 keeps every key */
+  const int zero[4] = { 0, 1, 1, 1 };   /* 0x6627e8d5 < 2^31 <= the other three */
+  for (int m = 0; m < 4; m++) assert_int_equal(ref_dropout_keeps(0.5, 0, 0, 0, 0, m), zero[m]);
+}
+
+/* One query over four keys with equal logits (weights 1/4) and v the
+ * identity, so out is the row of weights after dropout: with seed 0 and
+ * p = 1/2 the first known answer drops key 0 and keeps keys 1..3, each
+ * scaled by 2.  lse is the softmax's, whatever dropout does. */
+static void test_reference_dropout_by_hand(void **state)
+{
+  (void)state;
+  long qs[] = { 1, 1, 1, 4 }, kvs[] = { 1, 1, 4, 4 };
+  ref_problem p = core_problem(4, qs, kvs);
+  double q[4] = { 0 }, k[16], v[16] = { 0 }, out[4], w[4], lse;
+  for (int e = 0; e < 16; e++) k[e] = 0.1 * e;
+  for (int d = 0; d < 4; d++) v[d * 4 + d] = 1.0;
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  t.weights = w;
+  t.lse = &lse;
+  p.dropout = 0.5;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  const double want[4] = { 0.0, 0.5, 0.5, 0.5 };
+  for (int d = 0; d < 4; d++) {
+    assert_near(out[d], want[d], TOL);
+    assert_near(w[d], want[d], TOL);   /* the weights output is after dropout */
+  }
+  assert_near(lse, log(4.0), TOL);
+
+  /* dropout = 0 is no dropout; another seed drops other keys */
+  p.dropout = 0.0;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  for (int d = 0; d < 4; d++) assert_near(out[d], 0.25, TOL);
+  p.dropout = 0.5;
+  p.seed = 1;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  for (int d = 0; d < 4; d++) assert_near(out[d], ref_dropout_keeps(0.5, 1, 0, 0, 0, d) ? 0.5 : 0.0, TOL);
+
+  /* p outside [0, 1) is not a problem */
+  p.dropout = 1.0;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+  p.dropout = -0.1;
+  assert_int_equal(ref_attention(&p, &t, out), -1);
+}
+
+/* Dropout's counter: b the batch element flattened row-major, h the query
+ * head, i the logit row, j the key; a sink keeps its share and rows that
+ * see no key follow empty_rows untouched. */
+static void test_reference_dropout_counter(void **state)
+{
+  (void)state;
+  enum { NB0 = 2, NB1 = 3, H = 2, SQ = 5 };
+  long qs[] = { NB0, NB1, H, SQ, SQ }, kvs[] = { NB0, NB1, H, SQ, SQ };
+  ref_problem p = core_problem(5, qs, kvs);
+  static double q[NB0 * NB1 * H * SQ * SQ], k[NB0 * NB1 * H * SQ * SQ], v[NB0 * NB1 * H * SQ * SQ],
+      out[NB0 * NB1 * H * SQ * SQ], w[NB0 * NB1 * H * SQ * SQ], out0[NB0 * NB1 * H * SQ * SQ], w0[NB0 * NB1 * H * SQ * SQ];
+  unsigned long rs = 5;
+  for (int e = 0; e < NB0 * NB1 * H * SQ * SQ; e++) {
+    q[e] = rnd(&rs);
+    k[e] = rnd(&rs);
+    v[e] = rnd(&rs);
+  }
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  t.weights = w0;
+  p.causal = REF_CAUSAL_TOP_LEFT;
+  assert_int_equal(ref_attention(&p, &t, out0), 0);
+  p.dropout = 0.3;
+  p.seed = 0x123456789abcull;
+  t.weights = w;
+  assert_int_equal(ref_attention(&p, &t, out), 0);
+  long n = 0;
+  for (long b = 0; b < NB0 * NB1; b++)
+    for (long h = 0; h < H; h++)
+      for (long i = 0; i < SQ; i++)
+        for (long j = 0; j < SQ; j++, n++) {
+          double want = ref_dropout_keeps(0.3, p.seed, b, h, i, j) ? w0[n] / 0.7 : 0.0;
+          assert_near(w[n], want, TOL);
+        }
+
+  /* a sink's share is not dropped (the kept keys still sum to what they
+   * had over 1-p); an empty row under empty_rows=uniform keeps its 1/Sk */
+  long qs1[] = { 1, 1, 1, 8 }, kvs1[] = { 1, 1, 8, 8 };
+  ref_problem p1 = core_problem(4, qs1, kvs1);
+  double q1[8] = { 0 }, k1[64] = { 0 }, v1[64] = { 0 }, o1[8], w1[8], sink = 0.0, mask[8] = { 0 }, lse1;
+  for (int d = 0; d < 8; d++) v1[d * 8 + d] = 1.0;
+  ref_tensors t1 = no_tensors();
+  t1.q = q1;
+  t1.k = k1;
+  t1.v = v1;
+  t1.weights = w1;
+  t1.sinks = &sink;
+  t1.lse = &lse1;
+  p1.sinks = 1;
+  p1.dropout = 0.25;
+  assert_int_equal(ref_attention(&p1, &t1, o1), 0);
+  for (int d = 0; d < 8; d++) assert_near(o1[d], ref_dropout_keeps(0.25, 0, 0, 0, 0, d) ? 1.0 / 9.0 / 0.75 : 0.0, TOL);
+  assert_near(lse1, log(9.0), TOL);
+  p1.sinks = 0;
+  p1.empty_rows = REF_EMPTY_UNIFORM;
+  p1.has_mask = 1;
+  p1.mask_rank = 1;
+  p1.mask[0] = 8;
+  t1.mask = mask;
+  t1.sinks = NULL;
+  assert_int_equal(ref_attention(&p1, &t1, o1), 0);
+  for (int d = 0; d < 8; d++) assert_near(o1[d], 1.0 / 8.0, TOL);
+  assert_true(isinf(lse1) && lse1 < 0);
+}
+
+/* The kept fraction over 2^20 draws is 1 - p within 4 standard deviations,
+ * for each p and for each word position j mod 4. */
+static void test_reference_dropout_fraction(void **state)
+{
+  (void)state;
+  const double ps[] = { 0.1, 0.5, 0.9 };
+  for (int k = 0; k < 3; k++) {
+    long kept[4] = { 0 }, n = 0;
+    for (long b = 0; b < 4; b++)
+      for (long h = 0; h < 4; h++)
+        for (long i = 0; i < 128; i++)
+          for (long j = 0; j < 512; j++, n++) kept[j % 4] += ref_dropout_keeps(ps[k], 77 + ((uint64_t)k << 33), b, h, i, j);
+    for (int m = 0; m < 4; m++) {
+      double nm = n / 4.0, sd = sqrt(nm * ps[k] * (1 - ps[k]));
+      assert_true(fabs(kept[m] - nm * (1 - ps[k])) < 4 * sd);
+    }
+  }
+}
+
+/* Finite differences against gradients worked out by hand: one query, two
+ * keys, c = 1, so out = w0 v0 + w1 v1 with w = softmax(s q k), and
+ * dL/dq = dout (v0 - v1) w0 w1 s (k0 - k1); dL/dv_j = dout w_j (over 1-p
+ * where dropout keeps j, else 0). */
+static void test_reference_grad_fd_by_hand(void **state)
+{
+  (void)state;
+  long qs[] = { 1, 1, 1 }, kvs[] = { 1, 2, 1 };
+  ref_problem p = core_problem(3, qs, kvs);
+  p.scale = 0.7;
+  double q[] = { 0.9 }, k[] = { 1.3, -0.4 }, v[] = { 2.0, -1.5 }, dout[] = { 1.7 }, g;
+  ref_tensors t = no_tensors();
+  t.q = q;
+  t.k = k;
+  t.v = v;
+  double s0 = exp(0.7 * 0.9 * 1.3), s1 = exp(0.7 * 0.9 * -0.4), w0 = s0 / (s0 + s1), w1 = s1 / (s0 + s1);
+  assert_int_equal(ref_grad_count(&p, &t, REF_G_Q), 1);
+  assert_int_equal(ref_grad_count(&p, &t, REF_G_K), 2);
+  assert_int_equal(ref_grad_count(&p, &t, REF_G_X), 0);
+  assert_int_equal(ref_grad_count(&p, &t, REF_G_WQ), 0);
+  assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_Q, 0, &g), 0);
+  assert_near(g, 1.7 * (2.0 + 1.5) * w0 * w1 * 0.7 * (1.3 + 0.4), 1e-10);
+  assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_K, 0, &g), 0);
+  assert_near(g, 1.7 * (2.0 + 1.5) * w0 * w1 * 0.7 * 0.9, 1e-10);
+  assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_V, 1, &g), 0);
+  assert_near(g, 1.7 * w1, 1e-10);
+  assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_V, 2, &g), -1);   /* past the end */
+  assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_WO, 0, &g), -1);  /* no such tensor */
+  p.dropout = 0.5;
+  for (long j = 0; j < 2; j++) {
+    assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_V, j, &g), 0);
+    assert_near(g, ref_dropout_keeps(0.5, 0, 0, 0, 0, j) ? 1.7 * (j ? w1 : w0) / 0.5 : 0.0, 1e-10);
+  }
+  /* a zero dout leaves its term (here a NaN output) out of L */
+  dout[0] = 0.0;
+  v[0] = NAN;
+  assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_Q, 0, &g), 0);
+  assert_true(g == 0.0);
+}
+
+/* Full mode: the output bias's gradient is the sum of dout over the rows,
+ * and x's gradient in self-attention counts both of x's roles (q, and k
+ * and v), which a cross-attention problem with kv = a copy of x splits in two. */
+static void test_reference_grad_fd_full(void **state)
+{
+  (void)state;
+  enum { SR = 4, CF = 6, H = 2, HCF = 4 };
+  long xs[] = { 2, SR, CF };
+  ref_problem p = full_problem(3, xs, 1, H, H, HCF / H);
+  p.qkv_bias = p.out_bias = p.gated = 1;
+  p.causal = REF_CAUSAL_TOP_LEFT;
+  p.dropout = 0.2;
+  p.seed = 9;
+  double x[2 * SR * CF], kv[2 * SR * CF], wq[HCF * CF], bq[HCF], wk[HCF * CF], bk[HCF], wv[HCF * CF], bv[HCF], wg[HCF * CF], bg[HCF],
+      wo[CF * HCF], bo[CF], dout[2 * SR * CF], g, gq, gkv;
+  unsigned long rs = 11;
+  for (int e = 0; e < 2 * SR * CF; e++) {
+    x[e] = kv[e] = rnd(&rs);
+    dout[e] = rnd(&rs);
+  }
+  for (int e = 0; e < HCF * CF; e++) {
+    wq[e] = rnd(&rs);
+    wk[e] = rnd(&rs);
+    wv[e] = rnd(&rs);
+    wg[e] = rnd(&rs);
+    wo[e] = rnd(&rs);
+  }
+  for (int e = 0; e < HCF; e++) {
+    bq[e] = rnd(&rs);
+    bk[e] = rnd(&rs);
+    bv[e] = rnd(&rs);
+    bg[e] = rnd(&rs);
+  }
+  for (int e = 0; e < CF; e++) bo[e] = rnd(&rs);
+  ref_tensors t = no_tensors();
+  t.x = x;
+  t.wq = wq; t.bq = bq; t.wk = wk; t.bk = bk; t.wv = wv; t.bv = bv; t.wg = wg; t.bg = bg; t.wo = wo; t.bo = bo;
+  assert_int_equal(ref_grad_count(&p, &t, REF_G_KV), 0);
+  assert_int_equal(ref_grad_count(&p, &t, REF_G_WG), HCF * CF);
+  assert_int_equal(ref_grad_count(&p, &t, REF_G_BO), CF);
+  for (long e = 0; e < CF; e++) {
+    double want = 0;
+    for (long r = 0; r < 2 * SR; r++) want += dout[r * CF + e];
+    assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_BO, e, &g), 0);
+    assert_near(g, want, 1e-9);
+  }
+  /* softmax ignores a per-row constant: the k bias has no gradient */
+  for (long e = 0; e < HCF; e++) {
+    assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_BK, e, &g), 0);
+    assert_near(g, 0.0, 1e-9);
+  }
+  ref_tensors tc = t;
+  tc.kv = kv;
+  assert_int_equal(ref_grad_count(&p, &tc, REF_G_KV), 2 * SR * CF);
+  for (long e = 0; e < 2 * SR * CF; e += 5) {
+    assert_int_equal(ref_grad_fd(&p, &t, dout, REF_G_X, e, &g), 0);
+    assert_int_equal(ref_grad_fd(&p, &tc, dout, REF_G_X, e, &gq), 0);
+    assert_int_equal(ref_grad_fd(&p, &tc, dout, REF_G_KV, e, &gkv), 0);
+    assert_near(g, gq + gkv, 1e-9);
+  }
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -1627,6 +1883,12 @@ int main(void)
     cmocka_unit_test(test_reference_cache_quantize_row),
     cmocka_unit_test(test_reference_cache_uniform_empty_rows),
     cmocka_unit_test(test_reference_cache_rejects),
+    cmocka_unit_test(test_reference_philox_known_answers),
+    cmocka_unit_test(test_reference_dropout_by_hand),
+    cmocka_unit_test(test_reference_dropout_counter),
+    cmocka_unit_test(test_reference_dropout_fraction),
+    cmocka_unit_test(test_reference_grad_fd_by_hand),
+    cmocka_unit_test(test_reference_grad_fd_full),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,15 @@
 # logits near 330; name=; named dims; the three weight naming schemes and
 # a layer prefix.
 #
+# Training cases (TRAIN_CASES, indexed in tests/golden/train.txt): the same
+# torch forward with dropout (after the softmax and the sink, before the
+# weighted sum; rows that see no key untouched) by a keep mask from this
+# script's own numpy Philox4x32-10, asserted against DESIGN.md's known
+# answers; dout drawn at random; every gradient of L = sum(out * dout) by
+# autograd in float64, checked along a random direction by a fourth-order
+# finite difference, and for one MHA case against nn.MultiheadAttention's
+# own autograd.
+#
 # Conventions of the data (also in tests/golden/README.md):
 #  * weights and inputs are in the case's dtype (f32, bf16, f16 cases:
 #    drawn in float64, rounded to that dtype, and the truth computed in
@@ -76,7 +85,7 @@ torch.set_default_dtype(torch.float64)
 # --------------------------------------------------------------------------
 
 PRESETS = ("alphafold", "mha", "mqa", "gqa")
-FLAGS = ("gated", "global", "causal", "qkv_bias", "out_bias", "alibi", "sinks", "lse")
+FLAGS = ("gated", "global", "causal", "qkv_bias", "out_bias", "alibi", "sinks", "lse", "train", "weights_out")
 
 
 def parse_shape(text, dims):
@@ -147,6 +156,11 @@ def parse_spec(spec, dims):
     p["sinks"] = parse_bool(raw.pop("sinks", "false"))
     p["lse"] = parse_bool(raw.pop("lse", "false"))
     p["pe"] = raw.pop("pe", "none")
+    # training: a backward pass, dropout after the softmax, the weights after dropout
+    p["train"] = parse_bool(raw.pop("train", "false"))
+    p["dropout"] = float(raw.pop("dropout", "0"))
+    assert 0 <= p["dropout"] < 1 and (p["train"] or not p["dropout"])
+    p["weights_out"] = parse_bool(raw.pop("weights_out", "false"))
     p["v2"] = (p["rope"] != "none" or p["softcap"] is not None or p["alibi"] is not None or p["sinks"]
                or p["lse"] or p["pe"] != "none")
 
@@ -271,6 +285,16 @@ def alibi_slopes(n):
     return power_of_2(closest) + alibi_slopes(2 * closest)[0::2][: n - closest]
 
 
+def apply_dropout(p, w, empty):
+    """Dropout of the probabilities w (*, H, Sl, Sk) by the keep mask p["_keep"]
+    of the same shape: kept ones times 1/(1-p), dropped ones 0; rows that
+    see no key stay as empty_rows (or the sink) left them."""
+    if not p["dropout"]:
+        return w
+    keep = p["_keep"].to(w.dtype)
+    return torch.where(empty, w, w * keep * (1.0 / (1.0 - p["dropout"])))
+
+
 def attend(p, q, k, v, bias, mask, sinks=None):
     """q (*, H, Sq', c), k and v (*, G or 1, Sk, c) -> o (*, H, Sq', c), empty count.
     v2: rope on q and k, softcap, ALiBi, a sink column (gpt-oss); the lse in p["_lse"]."""
@@ -307,13 +331,19 @@ def attend(p, q, k, v, bias, mask, sinks=None):
         ext = torch.cat((a, col), dim=-1)
         p["_lse"] = torch.logsumexp(ext, dim=-1)
         w = torch.softmax(ext, dim=-1)[..., :-1]
+        w = apply_dropout(p, w, empty)
+        p["_attn"] = w
         o = torch.einsum('...qk,...kc->...qc', w, v)
         return o, int(empty.sum())
     p["_lse"] = torch.logsumexp(a, dim=-1)
-    w = torch.softmax(a, dim=-1)
+    # a row that sees no key takes the softmax of zeros before empty_rows
+    # replaces it: the same values, and no NaN of an all -inf row in autograd
+    w = torch.softmax(torch.where(empty, torch.zeros_like(a), a), dim=-1)
     Sk = a.shape[-1]
     fill = {"zero": 0.0, "uniform": 1.0 / Sk, "nan": float("nan")}[p["empty_rows"]]
     w = torch.where(empty, torch.full_like(w, fill), w)
+    w = apply_dropout(p, w, empty)
+    p["_attn"] = w
     o = torch.einsum('...qk,...kc->...qc', w, v)
     return o, int(empty.sum())
 
@@ -962,6 +992,228 @@ def output_shape(p):
     return tuple(s)
 
 
+# --------------------------------------------------------------------------
+# Training: Philox dropout, gradients by autograd
+# --------------------------------------------------------------------------
+
+M32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(ctr, key):
+    """Philox4x32-10 (Salmon et al., SC'11) on numpy arrays: ctr a tuple of
+    four uint32 arrays, key a tuple of two; returns the four output words.
+    Products in uint64, every 32-bit sum masked."""
+    c = [np.asarray(w, dtype=np.uint64) for w in ctr]
+    k0, k1 = np.uint64(key[0]), np.uint64(key[1])
+    for rnd in range(10):
+        if rnd:
+            k0 = (k0 + np.uint64(0x9E3779B9)) & M32
+            k1 = (k1 + np.uint64(0xBB67AE85)) & M32
+        p0 = c[0] * np.uint64(0xD2511F53)     # < 2^64: no wrap
+        p1 = c[2] * np.uint64(0xCD9E8D57)
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & M32,
+             (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & M32]
+    return [w.astype(np.uint32) for w in c]
+
+
+def philox_known_answers():
+    """DESIGN.md's two known answers (Random123's kat_vectors)."""
+    z = np.zeros(1, dtype=np.uint64)
+    got = [int(w[0]) for w in philox4x32_10((z, z, z, z), (0, 0))]
+    assert got == [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8], [hex(w) for w in got]
+    ctr = tuple(np.array([w], dtype=np.uint64) for w in (0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344))
+    got = [int(w[0]) for w in philox4x32_10(ctr, (0xa4093822, 0x299f31d0))]
+    assert got == [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1], [hex(w) for w in got]
+
+
+def keep_mask(p, seed):
+    """DESIGN.md's dropout: keep(b, h, i, j) iff word[j mod 4] >= floor(p 2^32),
+    word = Philox4x32-10 of the counter (j // 4, i, h, b) under the key
+    (seed mod 2^32, seed // 2^32); b the batch index flattened row-major, i
+    the logit row (0 for global), j the key.  Bool (batch..., H, Sl, Sk)."""
+    nb = int(np.prod(p["batch"])) if p["batch"] else 1
+    Sl = 1 if p.get("global") else p["Sq"]
+    b, h, i, j = np.meshgrid(np.arange(nb), np.arange(p["H"]), np.arange(Sl), np.arange(p["Sk"]), indexing="ij")
+    words = philox4x32_10((j // 4, i, h, b), (seed & 0xFFFFFFFF, seed >> 32))
+    word = np.choose(j % 4, words)
+    keep = word.astype(np.uint64) >= np.uint64(math.floor(p["dropout"] * 2.0 ** 32))
+    return keep.reshape(tuple(p["batch"]) + (p["H"], Sl, p["Sk"]))
+
+
+def loss_of(p, t, dout):
+    out, _ = forward_torch(p, t)
+    return (out * dout).sum()
+
+
+def directional_check(p, t, dout, grads):
+    """sum(grad . u) against the fourth-order finite difference of L along a
+    random direction u over every leaf: the autograd gradients, checked once
+    more.  Returns the relative difference."""
+    g = torch.Generator().manual_seed(12345)
+    u = {k: torch.randn(v.shape, generator=g) for k, v in grads.items()}
+    want = sum(float((grads[k] * u[k]).sum()) for k in grads)
+    h = 1e-4
+    with torch.no_grad():
+        ls = []
+        for s in (-2, -1, 1, 2):
+            ts = dict(t)
+            for k in grads:
+                ts[k] = t[k].detach() + s * h * u[k]
+            ls.append(float(loss_of(p, ts, dout)))
+    fd = (8 * (ls[2] - ls[1]) - (ls[3] - ls[0])) / (12 * h)
+    rel = abs(fd - want) / max(abs(want), 1e-300)
+    assert rel < 1e-7, (fd, want, rel)
+    return rel
+
+
+def torch_mha_grad_check(p, t, dout, grads):
+    """torch.nn.MultiheadAttention's own autograd (in_proj_weight stacked,
+    key_padding_mask, a causal attn_mask) against ours."""
+    E, H = p["c_in"], p["H"]
+    m = torch.nn.MultiheadAttention(E, H, bias=True, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        m.in_proj_weight.copy_(torch.cat([t["wq"], t["wk"], t["wv"]], 0))
+        m.in_proj_bias.copy_(torch.cat([t["bq"], t["bk"], t["bv"]], 0))
+        m.out_proj.weight.copy_(t["wo"])
+        m.out_proj.bias.copy_(t["bo"])
+    x = t["x"].detach().clone().requires_grad_(True)
+    kpm = (t["mask"] == 0) if "mask" in t else None
+    am = ~visibility(p, p["Sq"], p["Sk"]) if (p["causal"] or p["window"]) else None
+    ref, _ = m(x, x, x, key_padding_mask=kpm, attn_mask=am, need_weights=False)
+    (ref * dout).sum().backward()
+    pairs = [(x.grad, grads["x"]), (m.in_proj_weight.grad, torch.cat([grads["wq"], grads["wk"], grads["wv"]], 0)),
+             (m.in_proj_bias.grad, torch.cat([grads["bq"], grads["bk"], grads["bv"]], 0)),
+             (m.out_proj.weight.grad, grads["wo"]), (m.out_proj.bias.grad, grads["bo"])]
+    err = max(float((a - b).abs().max()) for a, b in pairs)
+    assert err < 1e-12, err
+    return err
+
+
+TRAIN_CASES = []
+
+
+def train_case(name, spec, seed=0, **kw):
+    kw["name"], kw["spec"], kw["seed"] = name, spec, seed
+    TRAIN_CASES.append(kw)
+
+
+# Written the way the model families write them: AlphaFold's gated
+# attention with a pair bias shared by a batch axis, the Transformer's
+# causal MHA with padding (torch's stacked in_proj names), Llama's GQA with
+# rotate_half, Gemma's softcap, gpt-oss's sinks, BLOOM's ALiBi, global
+# attention, core mode; dropout in several, one with the weights out.
+train_case("train_af_gated_pair_bias",
+           "alphafold x=2,3,5,16 attn_dim=-2 heads=2 head_dim=4 gated bias=2,2,5,5 mask=key train dropout=0.1 dtype=f64",
+           seed=7, names="af",
+           note="MSA row attention: gate, pair bias (2,H,5,5) broadcast over the batch axis of 3 (its gradient summed), key mask, dropout over two batch axes")
+train_case("train_mha_causal_pad_inproj",
+           "mha x=2,6,16 heads=2 causal mask=key train dtype=f64",
+           names="torch", mask_fn=("pad", [6, 4]), torch_grad_check=True,
+           note="causal + padding, in_proj_weight/in_proj_bias: gradients checked against nn.MultiheadAttention's autograd")
+train_case("train_gqa_rope_neox",
+           "gqa x=2,7,32 heads=4 kv_heads=2 rope=neox causal train dtype=f64",
+           names="hf", note="Llama: rotate_half RoPE, GQA 4/2, causal")
+train_case("train_gemma_softcap",
+           "gqa x=2,6,32 heads=4 kv_heads=2 softcap=2.0 causal train dtype=f64",
+           names="hf", note="Gemma 2: tanh(logits / 2) * 2")
+train_case("train_gptoss_sinks",
+           "gqa x=2,6,32 heads=4 kv_heads=2 sinks causal window=2,0 mask=key train dtype=f64",
+           names="hf", mask_fn=("pad", [6, 4]), note="gpt-oss: sink logits (with a gradient), sliding window, padding")
+train_case("train_bloom_alibi",
+           "mha x=2,7,24 heads=6 alibi causal train dtype=f64",
+           names="hf", note="BLOOM: ALiBi slopes for 6 heads")
+train_case("train_af_global",
+           "alphafold x=5,4,12 attn_dim=-3 heads=3 head_dim=4 gated global global_mean=masked mask=key train dropout=0.2 dtype=f64",
+           seed=3, names="af", note="extra-MSA global column attention, masked mean, gated; dropout on the one averaged query row")
+train_case("train_core_bhsc_bias",
+           "mha mode=core q=2,4,5,8 kv=2,2,7,8 causal=bottom_right bias=4,5,7 train dtype=f64",
+           note="core (B,H,S,c) GQA 4/2, bottom_right, a bias (H,5,7) broadcast over the batch (its gradient summed)")
+train_case("train_dropout_weights",
+           "mha x=2,6,16 heads=2 train dropout=0.3 weights_out dtype=f64",
+           seed=0x123456789ABCDEF0, names="hf", keep_bits=True,
+           note="dropout 0.3 with a seed above 2^32, every key visible: the weights out (after dropout) and the keep bits")
+train_case("train_dropout_empty_uniform",
+           "mha x=2,6,16 heads=2 causal mask=key empty_rows=uniform train dropout=0.25 dtype=f64",
+           seed=11, names="hf", mask_fn=("leftpad", [6, 4]), expect_empty=True,
+           note="left padding + causal: rows that see no key keep empty_rows=uniform's 1/Sk, undropped")
+train_case("train_mha_f32",
+           "mha x=2,5,16 heads=2 causal train dropout=0.2",
+           seed=5, names="hf", note="f32 tensors (the truth from the rounded values)")
+
+TRAIN_INDEX_HEADER = """# Training cases of tools/make_golden.py: NAME <TAB> SEED <TAB> SPEC.
+# NAME.safetensors holds the weights and inputs, dout, out, grad.NAME for
+# every differentiable tensor (F64), attn with weights_out and keep (U8)
+# where asked; SEED is the dropout seed (decimal, 64-bit).
+"""
+
+
+def make_train():
+    """Write every training case; returns (index lines, summary rows, bytes)."""
+    philox_known_answers()
+    lines, summary, total = [], [], 0
+    for cs in TRAIN_CASES:
+        p, t, gen = build(cs)
+        assert p["train"]
+        if p["dropout"]:
+            p["_keep"] = torch.from_numpy(keep_mask(p, cs["seed"]))
+        leaves = {k: v.clone().requires_grad_(True) for k, v in t.items() if k != "mask"}
+        tl = dict(t)
+        tl.update(leaves)
+        out, nempty = forward_torch(p, tl)
+        assert (nempty > 0) == bool(cs.get("expect_empty")), (cs["name"], nempty)
+        dout = torch.randn(out.shape, generator=gen)
+        if p["dtype"] != "f64":
+            dout = dout.to(TORCH_OF[p["dtype"]]).double()
+        (out * dout).sum().backward()
+        grads = {k: v.grad.detach() for k, v in leaves.items()}
+        out = out.detach()
+        attn = p["_attn"].detach()
+        assert set(grads) == set(leaves) and all(torch.isfinite(g).all() for g in grads.values())
+        rel = directional_check(p, tl, dout, grads)
+        if not p["v2"] and not p["dropout"]:
+            same_with_nan(out.numpy(), forward_loops(p, {k: v.detach() for k, v in tl.items()}), 1e-12)
+        if cs.get("torch_grad_check"):
+            torch_mha_grad_check(p, {k: v.detach() for k, v in tl.items()}, dout, grads)
+        for k in ("bias",):   # a broadcast bias's gradient has the bias's shape
+            if k in grads:
+                assert grads[k].shape == t[k].shape
+        st_dt = ST_OF[p["dtype"]]
+        tensors = []
+        for k, v in named_weights(cs, p, t).items():
+            tensors.append((k, st_dt, v.numpy()))
+        for k, v in named_weights(cs, p, grads).items():
+            tensors.append(("grad." + k, "F64", v.numpy()))
+        for k in INPUTS:
+            if k in t and k != "mask":
+                tensors.append((k, st_dt, t[k].numpy()))
+                tensors.append(("grad." + k, "F64", grads[k].numpy()))
+        if "mask" in t:
+            tensors.append(("mask", "U8", t["mask"].numpy()))
+        tensors.append(("dout", st_dt, dout.numpy()))
+        tensors.append(("out", "F64", out.numpy()))
+        if p["weights_out"]:
+            tensors.append(("attn", "F64", attn.numpy()))
+        if cs.get("keep_bits"):
+            tensors.append(("keep", "U8", p["_keep"].numpy().astype(np.uint8)))
+            assert p["weights_out"] and "mask" not in t and not p["causal"]
+            # every key is visible, so a weight is 0 exactly where dropout dropped it
+            assert np.array_equal(attn.numpy() != 0, p["_keep"].numpy())
+        path = os.path.join(OUT_DIR, cs["name"] + ".safetensors")
+        meta = {"format": "pt", "attnc_spec": cs["spec"], "attnc_seed": str(cs["seed"])}
+        write_safetensors(path, tensors, meta)
+        back, meta_back = read_safetensors(path)
+        assert meta_back == meta and set(back) == {n for n, _, _ in tensors}
+        for n, dt, arr in tensors:
+            same_with_nan(back[n][1].astype(np.float64), np.asarray(arr, dtype=np.float64), 0.0)
+        size = os.path.getsize(path)
+        assert size < 100 * 1024, (cs["name"], size)
+        total += size
+        lines.append("%s\t%d\t%s" % (cs["name"], cs["seed"], cs["spec"]))
+        kept = float(p["_keep"].double().mean()) if p["dropout"] else float("nan")
+        summary.append((cs["name"], size, nempty, rel, "kept %.3f; %s" % (kept, cs.get("note", ""))))
+    return lines, summary, total
+
+
 README = """# Golden data for attnc
 
 Generated by `tools/make_golden.py` (run `/usr/bin/python3 tools/make_golden.py`
@@ -990,6 +1242,28 @@ PyTorch's threaded kernels may sum in another order).  Do not edit by hand.
   test can show attnc's error beside PyTorch's.  f16 cases have none:
   PyTorch 1.13's CPU kernels do not implement matmul or softmax in Half.
 * `__metadata__`: `format`, `attnc_spec`, `attnc_prefix`.
+
+`train.txt` lists the training cases: `NAME<TAB>SEED<TAB>SPEC` (lines
+starting with `#` are comments), SEED the dropout seed in decimal.  Their
+`NAME.safetensors` hold the weights and inputs as above (no prefix), and:
+
+* `dout`: the gradient of `out` the backward pass is given, in the case's
+  dtype; `out`: F64, the float64 truth (dropout included);
+* `grad.NAME` for every tensor that has a gradient (x, kv, bias, q, k, v,
+  sinks, each weight and projection bias), NAME as stored (in_proj_weight
+  whole), F64, from PyTorch's autograd in float64 of L = sum(out * dout);
+  a broadcast bias's gradient has the bias's shape (summed over the axes
+  it was broadcast along);
+* `attn` (weights_out): the probabilities after dropout, F64;
+* `keep` (one case): U8 (batch..., H, Sq, Sk), 1 where dropout keeps the
+  key, from the script's own numpy Philox4x32-10 (checked against
+  DESIGN.md's known answers);
+* `__metadata__`: `format`, `attnc_spec`, `attnc_seed`.
+
+Each training case's gradients are also checked in the script against a
+fourth-order finite difference of L along a random direction, and one
+case's against torch.nn.MultiheadAttention's own autograd.  Compare f64
+kernels to about 1e-9 of each gradient's scale, f32 ones to about 1e-4.
 
 Named dims in a SPEC (`x=B,S,16`) are bound from the stored inputs' shapes.
 Compare f32 kernels against `out` to about 1e-5 relative (relative to the
@@ -1081,12 +1355,19 @@ def main():
     assert mask_dtypes == {"U8", "BOOL", "F32"}
     with open(os.path.join(OUT_DIR, "cases.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
+    train_lines, train_summary, train_total = make_train()
+    assert train_total < 1024 * 1024, train_total
+    with open(os.path.join(OUT_DIR, "train.txt"), "w") as f:
+        f.write(TRAIN_INDEX_HEADER + "\n".join(train_lines) + "\n")
     with open(os.path.join(OUT_DIR, "README.md"), "w") as f:
         f.write(README)
     for name, size, nempty, d, note in summary:
         print("%-32s %6d B  empty rows %3d  loop diff %.1e  %s" % (name, size, nempty, d, note))
     print("%d cases, %d bytes; %d checked against nn.MultiheadAttention; sdpa: %s"
           % (len(CASES), total, torch_checks, sdpa_check()))
+    for name, size, nempty, rel, note in train_summary:
+        print("%-32s %6d B  empty rows %3d  directional check %.1e  %s" % (name, size, nempty, rel, note))
+    print("%d training cases, %d bytes; Philox known answers OK" % (len(TRAIN_CASES), train_total))
 
 
 if __name__ == "__main__":

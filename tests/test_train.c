@@ -1,0 +1,379 @@
+/* Training: train kernels' gradients against the float64 reference's
+ * finite differences (checker_run in gradient mode) over the variants the
+ * backward covers, on both backends and both kernel forms; and dropout's
+ * rules on kernels: p = 0 is no dropout, the kept fraction is 1 - p
+ * within 4 standard deviations, and the dropped weights are exactly the
+ * reference's (ref_dropout_keeps), bit for bit, whatever the thread count.
+ * A failing case prints its spec, seed, backend and form. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "checker.h"
+#include "internal.h"
+#include "reference.h"
+#include "testutil.h"
+
+/* Variants the way the model families use them; named dims take the
+ * checker's default length (7), or S = 5 and R = 4 where set below. */
+static const char *const GRAD_SPECS[] = {
+  "mha x=B,S,16 heads=2 causal mask=key",
+  "mha x=B,S,16 heads=2 causal mask=key dtype=f64",
+  "alphafold x=B,S,16 heads=2 head_dim=4 gated bias=2,S,S mask=key dtype=f64",
+  "alphafold x=2,3,5,12 attn_dim=-3 heads=2 head_dim=3 gated bias=2,2,3,3 mask=key qkv_bias=true dtype=f64",
+  "mha x=2,5,24 kv=2,9,16 heads=4 mask=key dtype=f64",
+  "gqa x=2,S,32 heads=4 kv_heads=2 rope=neox causal dtype=f64",
+  "gqa x=2,S,32 heads=4 kv_heads=2 rope=gptj rope_dim=4 rope_theta=500000 dtype=f64",
+  "mqa x=2,S,16 heads=4 causal=bottom_right window=2,1",
+  "gqa x=2,S,32 heads=4 kv_heads=2 sinks window=2,0 mask=key dtype=f64",
+  "mha x=2,S,24 heads=6 alibi softcap=5 causal dtype=f64",
+  "mha x=2,S,16 heads=2 pe=sinusoidal mask=key dtype=f64",
+  "alphafold x=S,R,12 attn_dim=-3 heads=3 head_dim=4 global global_mean=masked mask=key dtype=f64",
+  "alphafold x=S,R,12 heads=2 head_dim=4 global dtype=f64",
+  "mha mode=core q=2,4,5,8 kv=2,2,7,8 causal=bottom_right bias=4,5,7 dtype=f64",
+  "mha mode=core layout=bshc q=2,5,4,8 kv=2,7,2,8 mask=key dtype=f64",
+  "mha mode=core q=1,2,1,8 kv=1,1,S,8 causal=bottom_right",
+  "mha x=2,S,16 heads=2 causal mask=key empty_rows=uniform dropout=0.3 dtype=f64",
+  "mha x=2,S,16 heads=2 lse weights_out dropout=0.2 dtype=f64",
+  "gqa x=2,S,32 heads=4 kv_heads=2 rope=neox causal dropout=0.1",
+  "alphafold x=S,R,12 attn_dim=-3 heads=3 head_dim=4 global mask=key dropout=0.25 dtype=f64",
+  "mha mode=core q=2,2,6,8 kv=2,2,6,8 causal dropout=0.5 dtype=f64",
+};
+
+struct tally {
+  int cases, fails;
+  double worst;
+  char worst_case[512];
+};
+
+/* Does spec use the named dim (a shape's element: after '=' or ',', before
+ * ',' or the end of the word)? */
+static int names_dim(const char *spec, const char *name)
+{
+  const size_t n = strlen(name);
+  for (const char *p = spec; (p = strstr(p, name)) != NULL; p++)
+    if (p > spec && (p[-1] == '=' || p[-1] == ',') && (p[n] == ',' || p[n] == ' ' || p[n] == 0)) return 1;
+  return 0;
+}
+
+static void one_grad(struct tally *t, const char *spec, attnc_backend be, attnc_form form, unsigned long seed)
+{
+  static const char *const names[] = { "S", "R", "B" };
+  static const int64_t values[] = { 5, 4, 2 };
+  checker_opts o;
+  checker_result r;
+  const char *bn = be == ATTNC_BACKEND_CC ? "cc" : "tcc", *fn = form == ATTNC_FORM_PLAIN ? "plain" : "fast";
+  int nd = 0;
+  memset(&o, 0, sizeof o);
+  o.backend = be;
+  o.form = form;
+  o.seed = seed;
+  o.grad = 1;
+  o.dropout_seed = 0x9E3779B97F4A7C15ull * (seed + 1);
+  /* only the dims the spec names */
+  const char *use_names[3];
+  int64_t use_values[3];
+  for (int i = 0; i < 3; i++)
+    if (names_dim(spec, names[i])) {
+      use_names[nd] = names[i];
+      use_values[nd++] = values[i];
+    }
+  o.dim_names = use_names;
+  o.dim_values = use_values;
+  o.ndims = nd;
+  checker_run(spec, &o, &r);
+  t->cases++;
+  if (r.status != ATTNC_OK || !r.ok) {
+    t->fails++;
+    fprintf(stderr, "MISMATCH (%s, %s form, seed %lu): %s\n  %s\n", bn, fn, seed, spec,
+            r.status != ATTNC_OK ? r.err.message : r.err.message[0] ? r.err.message : "(no message)");
+    if (r.status == ATTNC_OK)
+      for (int i = 0; i < r.n_grads; i++)
+        if (r.grads[i].worst > 1)
+          fprintf(stderr, "  grad.%s: %zu of %zu judged, max |err| %.3g, rms %.3g, %.3g of the bound, NMSE %.3g\n",
+                  r.grads[i].name, r.grads[i].judged, r.grads[i].n, r.grads[i].max_abs, r.grads[i].rms, r.grads[i].worst,
+                  r.grads[i].nmse);
+    return;
+  }
+  if (r.n_grads == 0) {
+    t->fails++;
+    fprintf(stderr, "MISMATCH (%s, %s form, seed %lu): %s: no gradient judged\n", bn, fn, seed, spec);
+    return;
+  }
+  if (r.worst_grad > t->worst) {
+    t->worst = r.worst_grad;
+    snprintf(t->worst_case, sizeof t->worst_case, "%s (grad.%s, max |err| %.3g, %s, %s form)", spec, r.grad_worst_name,
+             r.max_grad_err, bn, fn);
+  }
+}
+
+static void sweep(attnc_backend be, attnc_form form)
+{
+  struct tally t;
+  memset(&t, 0, sizeof t);
+  for (size_t i = 0; i < sizeof GRAD_SPECS / sizeof *GRAD_SPECS; i++) {
+    struct tally ts;
+    memset(&ts, 0, sizeof ts);
+    for (unsigned long seed = 0; seed < 2; seed++) one_grad(&ts, GRAD_SPECS[i], be, form, seed);
+    if (be == ATTNC_BACKEND_TCC && form == ATTNC_FORM_FAST) /* once: each spec's margin */
+      printf("train: %.3g of the bound at worst: %s\n", ts.worst, ts.worst_case);
+    t.cases += ts.cases;
+    t.fails += ts.fails;
+    if (ts.worst > t.worst) {
+      t.worst = ts.worst;
+      memcpy(t.worst_case, ts.worst_case, sizeof t.worst_case);
+    }
+  }
+  printf("train: %d gradient checks on the %s backend, %s form, %d mismatches; the worst at %.3g of its bound: %s\n",
+         t.cases, be == ATTNC_BACKEND_CC ? "cc" : "tcc", form == ATTNC_FORM_PLAIN ? "plain" : "fast", t.fails, t.worst,
+         t.worst_case);
+  assert_int_equal(t.fails, 0);
+}
+
+static void test_train_grad_tcc(void **state) { (void)state; sweep(ATTNC_BACKEND_TCC, ATTNC_FORM_FAST); }
+static void test_train_grad_cc(void **state) { (void)state; sweep(ATTNC_BACKEND_CC, ATTNC_FORM_FAST); }
+static void test_train_grad_plain_tcc(void **state) { (void)state; sweep(ATTNC_BACKEND_TCC, ATTNC_FORM_PLAIN); }
+
+/* A spec without train is compiled with it in gradient mode, and a
+ * spec that cannot train is refused with the spec's own error. */
+static void test_train_grad_adds_train(void **state)
+{
+  (void)state;
+  checker_opts o;
+  checker_result r;
+  memset(&o, 0, sizeof o);
+  o.backend = ATTNC_BACKEND_TCC;
+  o.grad = 1;
+  assert_true(checker_run("mha x=2,4,8 heads=2 dtype=f64  # a comment to the end", &o, &r));
+  assert_non_null(strstr(r.canonical, "train=true"));
+  assert_true(r.n_grads > 0 && r.n_grad > 0);
+  assert_false(checker_run("mha x=2,4,8 heads=2 dtype=bf16", &o, &r));
+  assert_int_equal(r.status, ATTNC_ESPEC);
+  assert_non_null(strstr(r.err.message, "train"));
+}
+
+/* ---- dropout on kernels ------------------------------------------------ */
+
+/* q = k = 0 gives every visible key the weight 1/Sk, so after dropout a
+ * weight is 1/(Sk (1-p)) or exactly 0: the weights out show the mask.
+ * Runs spec (core mode, q (B,H,Sq,c), kv (B,H,Sk,c)) forward with seed
+ * and returns the F32 weights (malloc'd), their count in *n. */
+static float *dropout_weights(const char *spec, attnc_backend be, int threads, uint64_t seed, size_t *n)
+{
+  attnc_options ko = { be, 0, "spec", ATTNC_FORM_FAST };
+  attnc_error e;
+  attnc_kernel *k = attnc_compile(spec, &ko, &e);
+  attnc_bindings *b;
+  attnc_tensor q, kk, out, attn;
+  float *zeros, *w;
+  size_t nq = 1, nk = 1, na = 1;
+  if (!k) fprintf(stderr, "%s: %s\n", spec, e.message);
+  assert_non_null(k);
+  b = attnc_bindings_new(k);
+  assert_non_null(b);
+  assert_int_equal(attnc_bindings_set_threads(b, threads, &e), ATTNC_OK);
+  assert_int_equal(attnc_bindings_set_seed(b, seed, &e), ATTNC_OK);
+  memset(&q, 0, sizeof q);
+  memset(&kk, 0, sizeof kk);
+  {
+    const attnc_gen *g = attnc_kernel_gen(k);
+    q.dtype = kk.dtype = ATTNC_F32;
+    q.rank = kk.rank = g->shape[ATTNC_SLOT_Q].rank;
+    for (int a = 0; a < q.rank; a++) {
+      nq *= (size_t)(q.shape[a] = g->shape[ATTNC_SLOT_Q].dim[a]);
+      nk *= (size_t)(kk.shape[a] = g->shape[ATTNC_SLOT_K].dim[a]);
+    }
+  }
+  zeros = calloc(nq > nk ? nq : nk, sizeof *zeros);
+  assert_non_null(zeros);
+  q.data = zeros;
+  kk.data = zeros;
+  assert_int_equal(attnc_bind(b, "q", &q, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "k", &kk, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "v", &kk, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(b, &out, &e), ATTNC_OK);
+  out.data = malloc(nq * sizeof(float));
+  assert_int_equal(attnc_output_info(b, "attn", &attn, &e), ATTNC_OK);
+  for (int a = 0; a < attn.rank; a++) na *= (size_t)attn.shape[a];
+  w = malloc(na * sizeof *w);
+  assert_non_null(w);
+  attn.data = w;
+  assert_int_equal(attnc_bind_output(b, "attn", &attn, &e), ATTNC_OK);
+  if (attnc_run(b, &out, &e) != ATTNC_OK) fprintf(stderr, "%s: %s\n", spec, e.message);
+  assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+  free(out.data);
+  free(zeros);
+  attnc_bindings_free(b);
+  attnc_release(k);
+  *n = na;
+  return w;
+}
+
+/* On 65536 weights (B 2, H 4, Sq 32, Sk 256): the dropped ones are exactly
+ * where ref_dropout_keeps says, on both backends and 1 and 2 threads; the
+ * kept fraction is 1 - p within 4 standard deviations; a kept weight is
+ * 1/(Sk (1-p)). */
+static void test_train_dropout_mask(void **state)
+{
+  (void)state;
+  static const char spec[] = "mha mode=core q=2,4,32,8 kv=2,4,256,8 train dropout=0.3 weights_out";
+  const uint64_t seed = 0xDEADBEEF12345678ull;
+  const double p = 0.3, kept_w = 1.0 / (256 * (1 - p));
+  for (int be = 0; be < 2; be++)
+    for (int threads = 1; threads <= 2; threads++) {
+      size_t n, differ = 0, kept = 0, e = 0;
+      float *w = dropout_weights(spec, be ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC, threads, seed, &n);
+      assert_int_equal(n, 2 * 4 * 32 * 256);
+      for (long b = 0; b < 2; b++)
+        for (long h = 0; h < 4; h++)
+          for (long i = 0; i < 32; i++)
+            for (long j = 0; j < 256; j++, e++) {
+              const int keep = ref_dropout_keeps(p, seed, b, h, i, j);
+              differ += (w[e] != 0) != keep;
+              kept += keep;
+              if (keep && fabs(w[e] - kept_w) > 1e-6 * kept_w) fail_msg("weight %zu is %.9g, want %.9g", e, w[e], kept_w);
+            }
+      const double mean = n * (1 - p), sd = sqrt(n * p * (1 - p));
+      if (be == 0 && threads == 1)
+        printf("dropout %.1f: %zu of %zu kept (%.4f; 4 sigma is %.4f), every dropped weight where the reference drops it\n",
+               p, kept, n, kept / (double)n, 4 * sd / n);
+      assert_int_equal(differ, 0);
+      assert_true(fabs(kept - mean) < 4 * sd);
+      free(w);
+    }
+}
+
+/* dropout=0 is the kernel without dropout (the same canonical spec), and
+ * its output does not depend on the seed; with p > 0 another seed drops
+ * other keys. */
+static void test_train_dropout_zero(void **state)
+{
+  (void)state;
+  attnc_options ko = { ATTNC_BACKEND_TCC, 0, "spec", ATTNC_FORM_FAST };
+  attnc_error e;
+  attnc_kernel *k0 = attnc_compile("mha mode=core q=1,2,8,8 kv=1,2,16,8 train dropout=0", &ko, &e);
+  attnc_kernel *k1 = attnc_compile("mha mode=core q=1,2,8,8 kv=1,2,16,8 train", &ko, &e);
+  size_t n0, n1, n2, n3;
+  float *w0, *w1, *w2, *w3;
+  assert_non_null(k0);
+  assert_non_null(k1);
+  assert_string_equal(attnc_canonical(k0), attnc_canonical(k1));
+  attnc_release(k0);
+  attnc_release(k1);
+  w0 = dropout_weights("mha mode=core q=1,2,8,8 kv=1,2,16,8 train dropout=0 weights_out", ATTNC_BACKEND_TCC, 1, 1, &n0);
+  w1 = dropout_weights("mha mode=core q=1,2,8,8 kv=1,2,16,8 train dropout=0 weights_out", ATTNC_BACKEND_CC, 2, 2, &n1);
+  w2 = dropout_weights("mha mode=core q=1,2,8,8 kv=1,2,16,8 weights_out", ATTNC_BACKEND_TCC, 1, 0, &n2);
+  assert_int_equal(n0, n1);
+  assert_int_equal(n0, n2);
+  for (size_t j = 0; j < n0; j++) {
+    assert_true(w0[j] == 1.0f / 16);
+    assert_true(w1[j] == w0[j] && w2[j] == w0[j]);
+  }
+  free(w1);
+  free(w2);
+  /* p > 0: seeds 1 and 2 disagree somewhere, seed 1 twice agrees everywhere */
+  w1 = dropout_weights("mha mode=core q=1,2,8,8 kv=1,2,16,8 train dropout=0.5 weights_out", ATTNC_BACKEND_TCC, 1, 1, &n1);
+  w2 = dropout_weights("mha mode=core q=1,2,8,8 kv=1,2,16,8 train dropout=0.5 weights_out", ATTNC_BACKEND_CC, 2, 1, &n2);
+  w3 = dropout_weights("mha mode=core q=1,2,8,8 kv=1,2,16,8 train dropout=0.5 weights_out", ATTNC_BACKEND_TCC, 1, 2, &n3);
+  assert_memory_equal(w1, w2, n1 * sizeof *w1);
+  assert_true(memcmp(w1, w3, n1 * sizeof *w1) != 0);
+  free(w0);
+  free(w1);
+  free(w2);
+  free(w3);
+}
+
+/* The fast form's backward spreads its passes over the bindings' threads;
+ * every item writes only its own outputs in an order the shapes fix, so
+ * out and every gradient must be the same bits for 1, 2 and 3 threads
+ * (a broadcast pair bias, GQA with rope and sinks, dropout, core bshc). */
+static void test_train_same_bits_any_threads(void **state)
+{
+  static const char *const specs[] = {
+    "alphafold x=2,3,40,16 heads=2 head_dim=8 gated bias=2,1,2,40,40 mask=key train dropout=0.2",
+    "gqa x=2,70,32 heads=4 kv_heads=2 rope=neox causal sinks train dropout=0.1",
+    "mha mode=core q=2,33,4,8 kv=2,65,2,8 layout=bshc mask=key softcap=4 train",
+  };
+  (void)state;
+  for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++)
+    for (int be = 0; be < 2; be++) {
+      attnc_options ko = { 0 };
+      attnc_error e;
+      attnc_kernel *k;
+      attnc_bindings *b;
+      checker_opts o;
+      checker_inputs *in;
+      attnc_tensor out, dout;
+      float *first[32] = { 0 }, *out1 = NULL;
+      size_t nfirst[32] = { 0 }, n_out = 1;
+      ko.backend = be ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC;
+      k = attnc_compile(specs[sp], &ko, &e);
+      if (!k) fail_msg("%s: %s", specs[sp], e.message);
+      b = attnc_bindings_new(k);
+      memset(&o, 0, sizeof o);
+      o.seed = 5 + sp;
+      in = checker_bind_random(k, b, &o, &e);
+      if (!in) fail_msg("%s: %s", specs[sp], e.message);
+      assert_int_equal(attnc_bindings_set_seed(b, 1234567 + sp, &e), ATTNC_OK);
+      assert_int_equal(attnc_output_shape(b, &out, &e), ATTNC_OK);
+      for (int a = 0; a < out.rank; a++) n_out *= (size_t)out.shape[a];
+      out.data = malloc(n_out * sizeof(float));
+      dout = out;
+      dout.data = malloc(n_out * sizeof(float));
+      assert_non_null(out.data);
+      assert_non_null(dout.data);
+      for (size_t i = 0; i < n_out; i++) ((float *)dout.data)[i] = (float)sin(0.37 * (double)i + 0.1);
+      for (int threads = 1; threads <= 3; threads++) {
+        const char *name;
+        assert_int_equal(attnc_bindings_set_threads(b, threads, &e), ATTNC_OK);
+        if (attnc_grad(b, &out, &dout, &e) != ATTNC_OK) fail_msg("%s: %s", specs[sp], e.message);
+        if (threads == 1) {
+          out1 = malloc(n_out * sizeof(float));
+          assert_non_null(out1);
+          memcpy(out1, out.data, n_out * sizeof(float));
+        } else if (memcmp(out1, out.data, n_out * sizeof(float)) != 0) {
+          fail_msg("%s [%s]: out differs between 1 and %d threads", specs[sp], be ? "cc" : "tcc", threads);
+        }
+        for (int i = 0; (name = attnc_grad_name(b, i)) != NULL; i++) {
+          attnc_tensor g;
+          size_t n = 1;
+          assert_true(i < 32);
+          assert_int_equal(attnc_grad_get(b, name, &g, &e), ATTNC_OK);
+          for (int a = 0; a < g.rank; a++) n *= (size_t)g.shape[a];
+          if (threads == 1) {
+            first[i] = malloc(n * sizeof(float));
+            assert_non_null(first[i]);
+            memcpy(first[i], g.data, n * sizeof(float));
+            nfirst[i] = n;
+          } else if (n != nfirst[i] || memcmp(first[i], g.data, n * sizeof(float)) != 0) {
+            fail_msg("%s [%s]: grad.%s differs between 1 and %d threads", specs[sp], be ? "cc" : "tcc", name, threads);
+          }
+        }
+      }
+      printf("%s [%s]: out and every gradient the same bits on 1, 2 and 3 threads\n", specs[sp], be ? "cc" : "tcc");
+      for (int i = 0; i < 32; i++) free(first[i]);
+      free(out1);
+      free(out.data);
+      free(dout.data);
+      checker_inputs_free(in);
+      attnc_bindings_free(b);
+      attnc_release(k);
+    }
+}
+
+int main(void)
+{
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_train_grad_adds_train),
+    cmocka_unit_test(test_train_dropout_zero),
+    cmocka_unit_test(test_train_dropout_mask),
+    cmocka_unit_test(test_train_grad_tcc),
+    cmocka_unit_test(test_train_grad_cc),
+    cmocka_unit_test(test_train_grad_plain_tcc),
+    cmocka_unit_test(test_train_same_bits_any_threads),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
