@@ -444,9 +444,7 @@ def train_table(cases, res, by_round):
                   "attnc ms = one attnc_grad (the forward run again, then the backward); forward = attnc_run on the same "
                   "train kernel, backward = the pair minus it (same process); vs pytorch = PyTorch autograd's forward + "
                   "backward / attnc's (above 1: attnc is faster); rounds = the lowest and highest vs pytorch within one "
-                  "round; grad scratch = what the backward allocates besides the gradient buffers; attnc_grad runs the "
-                  "backward on the calling thread today, so busy_cpus below --threads on these rows is no sign of a "
-                  "shared machine; %d of %d targets met"
+                  "round; grad scratch = what the backward allocates besides the gradient buffers; %d of %d targets met"
                   % (n_met, n_rated), notes)
 
 
@@ -504,9 +502,7 @@ def main():
     # attnc's busy_cpus (CPU time / wall time of its timed runs) well under
     # its thread count: its threads took turns on fewer CPUs than asked
     shared = []
-    # (not the training rows: attnc_grad runs the backward on the calling thread)
-    train_ids = {c["case"] for c in cases if c.get("kind") == "train"}
-    for l in [l for (cid, peer), ls in res.items() if peer == "attnc" and cid not in train_ids for l in ls]:
+    for l in [l for (_, peer), ls in res.items() if peer == "attnc" for l in ls]:
         if "busy_cpus" in l and l.get("threads", 1) > 1 and l["busy_cpus"] < 0.75 * l["threads"]:
             shared.append("%s round %s (%.2f)" % (l["case"], l.get("round", "?"), l["busy_cpus"]))
     for key, lines in list(res.items()):

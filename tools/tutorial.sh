@@ -108,21 +108,43 @@ attnc check "mha x=B,S,64 heads=4 causal" --grad --dim B=2 --dim S=7
 ```
 
 With `--grad` (`train` is implied), `check` draws random weights, inputs
-and an output gradient `dout`, runs attnc's forward and backward, and
-compares every gradient it returns (x and each weight and bias here) with
-the reference's finite differences of L = sum(out * dout): for each
-element, (8 (L(+h) - L(-h)) - (L(+2h) - L(-2h))) / 12h with
-h = 1e-4 * max(1, |value|), the fourth-order central stencil, which in
-float64 is good to about 1e-10 of the gradients' scale.  It prints the
-largest error and exits 1 on a mismatch, as the forward check does.  The
-bound is DESIGN.md's row for f32 gradients: NMSE at most 1e-8 and every
-element within 1e-4 * rms + 1e-4 * |r| (r the finite difference, rms the
-root mean square of that gradient), ten times looser than the forward's,
-because a weight's gradient sums over every row of the batch and a
-query's over every key.  `--seed N` sets the dropout seed of a spec with
-`dropout=P`: the mask is a function of the seed and the (batch, head,
-query, key) indices alone (DESIGN.md's Philox counter), so the finite
-differences and the backward see the same mask.
+and an output gradient `dout`, runs attnc's forward and backward, checks
+`out` as without `--grad`, and then compares every gradient attnc
+returns (x and each weight and bias here) with the reference's finite
+differences of L = sum(out * dout): for an element with value w,
+(8 (L(w+h) - L(w-h)) - (L(w+2h) - L(w-2h))) / 12h with
+h = 1e-3 * max(1, |w|), the fourth-order central stencil, which in
+float64 is good to about 2e-10 of the gradients' scale, far below what
+f32 can reach.  Each finite difference costs four forward passes, so a
+gradient is judged at all of its elements when it has at most 64, else
+at 48 (the first, the last and random ones).  One line per gradient, for
+example:
+
+```text
+gradients of sum(out * dout), dout random, against central finite differences of the float64 reference:
+  grad.x                        48 of 896 judged, max abs error 5.57e-08 (rms 0.122), NMSE 2.79e-14, worst/tolerance 0.00204
+  grad.linear_q.weight          48 of 4096 judged, max abs error 5.28e-08 (rms 0.0391), NMSE 9.39e-14, worst/tolerance 0.00428
+  ...
+  grad.linear_o.bias            64 of 64 judged, max abs error 8.2e-07 (rms 2.15), NMSE 6.59e-15, worst/tolerance 0.00125
+496 gradient values in 9 gradients: OK
+```
+
+- **max abs error**: the largest |attnc - finite difference| over the
+  judged elements; **rms**: the root mean square of the finite
+  differences, the gradient's scale.
+- **worst/tolerance**: the largest error over its element's bound, which
+  is DESIGN.md's row for f32 gradients, 1e-4 * rms + 1e-4 * |r| (r the
+  finite difference); below 1 passes.  The bound is ten times looser
+  than the forward's, because a weight's gradient sums over every row of
+  the batch and a query's over every key, and rounding adds up.
+- **NMSE**: sum((attnc - r)^2) / sum(r^2), at most 1e-8.
+- The exit status is 1 when any of them fails, with the worst element
+  named.  `--seed N` draws other data, and is the dropout seed of a spec
+  with `dropout=P`: the mask depends only on the seed and the (batch,
+  head, query, key) indices (DESIGN.md's Philox counter), so the finite
+  differences and the backward see the same mask.
+- The k projection's bias has a gradient of exactly zero in exact
+  arithmetic (below), so its bound takes the q bias's scale.
 
 ### Gradients of a real layer: attnc grad
 
