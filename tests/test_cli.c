@@ -1672,7 +1672,7 @@ static void test_cli_guard_rails(void **state)
  * name: it fails and names `make examples`.  `-n`: nothing is built. */
 static void test_cli_make_examples(void **state)
 {
-  static const char *const want[] = { "examples/aot/check.sh", "af_msa_row", "gpt_decode", "cross_attn",
+  static const char *const want[] = { "examples/aot/check.sh", "af_msa_row", "gpt_decode", "cross_attn", "train_step",
                                       "examples/python/attn_heatmap.py" };
   cli_result r;
   size_t i;
