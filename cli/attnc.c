@@ -424,16 +424,18 @@ static int compile_spec(struct cli *c, attnc_kernel **k)
 static int imply_train(char **spec, const char *spec_name)
 {
   attnc_options o = { ATTNC_BACKEND_DEFAULT, 0, spec_name, ATTNC_FORM_FAST };
-  attnc_error e;
+  attnc_error e, e2;
   char canon[8192], *with;
-  if (attnc_spec_canonical(*spec, &o, canon, sizeof canon, &e) != ATTNC_OK) { print_error(&e); return 1; }
-  if (strstr(canon, " train=true")) return 0;
+  /* the spec as written may need train to parse (dropout=P without train) */
+  const int as_written = attnc_spec_canonical(*spec, &o, canon, sizeof canon, &e) == ATTNC_OK;
+  if (as_written && strstr(canon, " train=true")) return 0;
   if (!(with = malloc(strlen(*spec) + 8))) { fprintf(stderr, "attnc: error: out of memory\n"); return 1; }
   sprintf(with, "%s\ntrain", *spec);
-  if (attnc_spec_canonical(with, &o, canon, sizeof canon, &e) != ATTNC_OK) {
-    /* the error is about the train this command added, not the text written */
-    fprintf(stderr, "attnc: error: %s: the gradients need the key train, which this command adds, and it does "
-                    "not fit this spec: %s\n", spec_name, e.message);
+  if (attnc_spec_canonical(with, &o, canon, sizeof canon, &e2) != ATTNC_OK) {
+    if (!as_written) print_error(&e2); /* the spec's own error, at its own position (train goes on a line after it) */
+    else /* the error is about the train this command added, not the text written */
+      fprintf(stderr, "attnc: error: %s: the gradients need the key train, which this command adds, and it does "
+                      "not fit this spec: %s\n", spec_name, e2.message);
     free(with);
     return 1;
   }

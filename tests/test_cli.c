@@ -2390,6 +2390,15 @@ static void test_cli_grad_usage_and_errors(void **state)
   EXPECT_EXIT0(r, "attnc help");
   EXPECT_HAS(r, r.out, "  grad     forward and backward", "attnc help lists grad");
   cli_free(&r);
+  /* --grad adds train, which dropout needs: the spec parses only with it */
+  CLI(r, "show", "--grad", "mha x=B,S,16 heads=2 causal dropout=0.5");
+  EXPECT_EXIT0(r, "show --grad of a dropout spec without train");
+  EXPECT_HAS(r, r.out, "_backward(const attnc_args *args)", "the backward is shown");
+  cli_free(&r);
+  CLI(r, "show", "--grad", "mha x=B,S,16 heads=2 causal dropout=1.5");
+  EXPECT_FAIL(r, "show --grad with dropout out of range");
+  EXPECT_HAS(r, r.err, "spec:1:37: error: dropout must be a probability", "the spec's own error at its position");
+  cli_free(&r);
   CLI(r, "check", "--help");
   EXPECT_HAS(r, r.out, "a train spec's dropout takes the same seed", "check's --seed seeds the data and the dropout");
   EXPECT_HAS(r, r.out, "--grad", "check takes --grad");
