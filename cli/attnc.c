@@ -162,13 +162,14 @@ static const char *help_for(const char *cmd)
            "  --batch N           the batch element --heatmap draws (default 0): row-major over\n"
            "                      the weights' batch axes, 0 to their product - 1\n";
   if (strcmp(cmd, "check") == 0)
-    return "usage: attnc check SPEC [--dim NAME=N]... [--seed N] [--backend tcc|cc] [--threads N] [--plain]\n"
+    return "usage: attnc check SPEC [--dim NAME=N]... [--seed N] [--backend tcc|cc] [--threads N] [--plain] [--grad]\n"
            "Compiles the kernel, runs it on random weights and inputs and compares the output with\n"
            "the float64 reference; prints the canonical spec and the max error against the tolerance.\n"
            "  --dim NAME=N        size of a named dim (unset ones are 7)\n"
            "  --seed N            the seed of the random data (default 0): the same seed gives\n"
-           "                      the same data; here it is not the dropout seed (run and grad\n"
-           "                      take that), and a train spec's dropout uses seed 0\n"
+           "                      the same data; a train spec's dropout takes the same seed\n"
+           "  --grad              also the gradients (train is implied): every gradient of\n"
+           "                      sum(out * dout) against central finite differences of the reference\n"
            "  --backend tcc|cc    the backend to check (default ATTNC_BACKEND, else tcc)\n"
            "  --threads N         threads for the run\n"
            "  --plain             check the plain form instead of the fast one\n"
@@ -1263,6 +1264,11 @@ static int cmd_check(struct cli *c)
   o.seed = c->seed;
   o.threads = c->threads;
   o.form = form_of(c);
+  /* --grad: the gradients too, against finite differences of the float64
+   * reference (checker_run adds train to the spec); --seed seeds the data
+   * and the dropout both */
+  o.grad = c->grad;
+  o.dropout_seed = c->seed;
   checker_run(c->spec, &o, &r);
   if (r.status != ATTNC_OK) {
     print_error(&r.err);
@@ -1278,6 +1284,14 @@ static int cmd_check(struct cli *c)
   if (r.n_cache)
     printf("and %zu cache values the run wrote, each within the bound plus one step of the stored type; "
            "every other cache row unchanged\n", r.n_cache);
+  if (c->grad) {
+    int i;
+    printf("gradients of sum(out * dout), dout random, against central finite differences of the float64 reference:\n");
+    for (i = 0; i < r.n_grads; i++)
+      printf("  grad.%-24s %zu of %zu judged, max abs error %.3g (rms %.3g), NMSE %.3g, worst/tolerance %.3g\n", r.grads[i].name,
+             r.grads[i].judged, r.grads[i].n, r.grads[i].max_abs, r.grads[i].rms, r.grads[i].nmse, r.grads[i].worst);
+    printf("%zu gradient values in %d gradients: %s\n", r.n_grad, r.n_grads, r.ok ? "OK" : "MISMATCH");
+  }
   if (!r.ok && r.err.message[0]) printf("mismatch: %s\n", r.err.message);
   return r.ok ? 0 : 1;
 }
@@ -1682,8 +1696,8 @@ int main(int argc, char **argv)
     free(c.spec);
     return rc < 0 ? 0 : rc; /* -1: --help was printed */
   }
-  if (c.grad && strcmp(c.cmd, "show") != 0 && strcmp(c.cmd, "bench") != 0) {
-    fprintf(stderr, "attnc: error: --grad is for show and bench%s\n",
+  if (c.grad && strcmp(c.cmd, "show") != 0 && strcmp(c.cmd, "bench") != 0 && strcmp(c.cmd, "check") != 0) {
+    fprintf(stderr, "attnc: error: --grad is for check, show and bench%s\n",
             strcmp(c.cmd, "run") == 0 ? "; attnc grad SPEC --tensors FILE... --dout FILE --out FILE computes gradients" : "");
     free(c.spec);
     return 2;

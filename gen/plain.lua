@@ -191,6 +191,7 @@ function M.env(p)
     e.row = inner and "(b / inner * len + i) * inner + b % inner" or "b * len + i"
     e.inner_arg = inner and ", " .. inner or ""
     e.inner_param = inner and ", long inner" or ""
+    e.inner_expr = inner
     local xr, kr = copy(s.x, s.rank - 1), copy(s.kv, s.rank - 1)
     e.x_shape = shape(with(xr, "c_in"), s.x)
     e.kv_shape = shape(with(kr, "c_kv"), s.kv)

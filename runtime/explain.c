@@ -198,7 +198,9 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
        * pairs, and dW, dx for each projection (twice its forward) */
       const double sl = g.global ? 1 : Sq, rows_o = g.core ? 0 : rows_out;
       double bw = total + scores + 4 * scores + 2 * (proj + gate + outp), bytes;
-      bytes = 2 * nb * H * Sq * C + 4 * nb * G * Sk * C + 2 * nb * H * sl * C + nb * H * sl + Sk; /* the plain form's; the fast form's differs */
+      /* the fast form's NAME_backward_bytes: heads and their gradients, k
+       * and v transposed, lse and D per row (and a sink term) */
+      bytes = 2 * nb * H * Sq * C + 6 * nb * G * Sk * C + 2 * nb * H * sl * C + 2 * nb * H * sl + (g.sinks ? nb * H * sl : 0);
       if (g.global) bytes += 2 * nb * H * C + nb;
       if (!g.core) {
         bytes += 2 * rows_x * H * C + 4 * rows_kv * G * C + 2 * rows_o * H * C;

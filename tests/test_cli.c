@@ -2422,7 +2422,7 @@ static void test_cli_grad_usage_and_errors(void **state)
   cli_free(&r);
   CLI(r, "run", "--grad", RUN_SPEC, "--tensors", "w_grad_err.safetensors", "--out", "g.safetensors");
   EXPECT_FAIL(r, "run --grad");
-  EXPECT_HAS(r, r.err, "--grad is for show and bench; attnc grad SPEC", "points at attnc grad");
+  EXPECT_HAS(r, r.err, "--grad is for check, show and bench; attnc grad SPEC", "points at attnc grad");
   cli_free(&r);
   CLI(r, "check", RUN_SPEC, "--dout", "d.safetensors");
   EXPECT_FAIL(r, "check --dout");

@@ -286,6 +286,84 @@ static void test_train_dropout_zero(void **state)
   free(w3);
 }
 
+/* The fast form's backward spreads its passes over the bindings' threads;
+ * every item writes only its own outputs in an order the shapes fix, so
+ * out and every gradient must be the same bits for 1, 2 and 3 threads
+ * (a broadcast pair bias, GQA with rope and sinks, dropout, core bshc). */
+static void test_train_same_bits_any_threads(void **state)
+{
+  static const char *const specs[] = {
+    "alphafold x=2,3,40,16 heads=2 head_dim=8 gated bias=2,1,2,40,40 mask=key train dropout=0.2",
+    "gqa x=2,70,32 heads=4 kv_heads=2 rope=neox causal sinks train dropout=0.1",
+    "mha mode=core q=2,33,4,8 kv=2,65,2,8 layout=bshc mask=key softcap=4 train",
+  };
+  (void)state;
+  for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++)
+    for (int be = 0; be < 2; be++) {
+      attnc_options ko = { 0 };
+      attnc_error e;
+      attnc_kernel *k;
+      attnc_bindings *b;
+      checker_opts o;
+      checker_inputs *in;
+      attnc_tensor out, dout;
+      float *first[32] = { 0 }, *out1 = NULL;
+      size_t nfirst[32] = { 0 }, n_out = 1;
+      ko.backend = be ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC;
+      k = attnc_compile(specs[sp], &ko, &e);
+      if (!k) fail_msg("%s: %s", specs[sp], e.message);
+      b = attnc_bindings_new(k);
+      memset(&o, 0, sizeof o);
+      o.seed = 5 + sp;
+      in = checker_bind_random(k, b, &o, &e);
+      if (!in) fail_msg("%s: %s", specs[sp], e.message);
+      assert_int_equal(attnc_bindings_set_seed(b, 1234567 + sp, &e), ATTNC_OK);
+      assert_int_equal(attnc_output_shape(b, &out, &e), ATTNC_OK);
+      for (int a = 0; a < out.rank; a++) n_out *= (size_t)out.shape[a];
+      out.data = malloc(n_out * sizeof(float));
+      dout = out;
+      dout.data = malloc(n_out * sizeof(float));
+      assert_non_null(out.data);
+      assert_non_null(dout.data);
+      for (size_t i = 0; i < n_out; i++) ((float *)dout.data)[i] = (float)sin(0.37 * (double)i + 0.1);
+      for (int threads = 1; threads <= 3; threads++) {
+        const char *name;
+        assert_int_equal(attnc_bindings_set_threads(b, threads, &e), ATTNC_OK);
+        if (attnc_grad(b, &out, &dout, &e) != ATTNC_OK) fail_msg("%s: %s", specs[sp], e.message);
+        if (threads == 1) {
+          out1 = malloc(n_out * sizeof(float));
+          assert_non_null(out1);
+          memcpy(out1, out.data, n_out * sizeof(float));
+        } else if (memcmp(out1, out.data, n_out * sizeof(float)) != 0) {
+          fail_msg("%s [%s]: out differs between 1 and %d threads", specs[sp], be ? "cc" : "tcc", threads);
+        }
+        for (int i = 0; (name = attnc_grad_name(b, i)) != NULL; i++) {
+          attnc_tensor g;
+          size_t n = 1;
+          assert_true(i < 32);
+          assert_int_equal(attnc_grad_get(b, name, &g, &e), ATTNC_OK);
+          for (int a = 0; a < g.rank; a++) n *= (size_t)g.shape[a];
+          if (threads == 1) {
+            first[i] = malloc(n * sizeof(float));
+            assert_non_null(first[i]);
+            memcpy(first[i], g.data, n * sizeof(float));
+            nfirst[i] = n;
+          } else if (n != nfirst[i] || memcmp(first[i], g.data, n * sizeof(float)) != 0) {
+            fail_msg("%s [%s]: grad.%s differs between 1 and %d threads", specs[sp], be ? "cc" : "tcc", name, threads);
+          }
+        }
+      }
+      printf("%s [%s]: out and every gradient the same bits on 1, 2 and 3 threads\n", specs[sp], be ? "cc" : "tcc");
+      for (int i = 0; i < 32; i++) free(first[i]);
+      free(out1);
+      free(out.data);
+      free(dout.data);
+      checker_inputs_free(in);
+      attnc_bindings_free(b);
+      attnc_release(k);
+    }
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -295,6 +373,7 @@ int main(void)
     cmocka_unit_test(test_train_grad_tcc),
     cmocka_unit_test(test_train_grad_cc),
     cmocka_unit_test(test_train_grad_plain_tcc),
+    cmocka_unit_test(test_train_same_bits_any_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
