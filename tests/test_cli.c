@@ -2391,7 +2391,7 @@ static void test_cli_grad_usage_and_errors(void **state)
   EXPECT_HAS(r, r.out, "  grad     forward and backward", "attnc help lists grad");
   cli_free(&r);
   CLI(r, "check", "--help");
-  EXPECT_HAS(r, r.out, "not the dropout seed", "check's --seed is the data seed");
+  EXPECT_HAS(r, r.out, "--seed N            the seed of the random data", "check's --seed is the data seed");
   cli_free(&r);
   CLI(r, "run", "--help");
   EXPECT_HAS(r, r.out, "--seed N            the dropout seed", "run's --seed is the dropout seed");
