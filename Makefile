@@ -344,11 +344,13 @@ clean:
 #                JIT programs on real checkpoint layouts, built against
 #                libattnc.a and run on their folder's data (from
 #                tools/make_examples.py) with both backends
+#   train_step   100 SGD steps from attnc_grad's gradients, each step's
+#                loss against PyTorch's (tools/make_examples.py), both backends
 #   python       attn_heatmap.py on the Python module, its output compared
 #                with attn_heatmap.txt (skipped, saying so, without numpy)
 # Every example runs even when one fails; the last line names the failures.
 AOT_EXAMPLE := sh examples/aot/check.sh $(B)/attnc $(B)/example
-EXAMPLES := af_msa_row gpt_decode cross_attn
+EXAMPLES := af_msa_row gpt_decode cross_attn train_step
 examples: $(B)/attnc $(B)/libattnc.so $(EXAMPLES:%=$(B)/examples/%)
 	@fail=""; \
 	echo "== examples/aot (AOT: generated C, no Lua or tcc)"; \

@@ -1007,6 +1007,10 @@ async function main() {
   }
   for (const c of cases) {
     let line;
+    if (c.kind === 'train') {
+      if (args.cases) console.log(JSON.stringify({ case: c.case, peer: 'ort', skipped: 'inference only: no backward pass to time' }));
+      continue;
+    }
     if (c.base) {
       if (args.cases) console.log(JSON.stringify({ case: c.case, peer: 'ort', skipped: `f32 models only: the f32 peer of ${c.case} is ORT on ${c.base}` }));
       continue;

@@ -36,6 +36,14 @@
 #   case | attnc ms | without | without ms | overhead | rounds | target | met?
 # overhead = attnc ms / without ms - 1, its target "max_overhead" (0: no
 # slower).
+# A fifth holds the training rows ("kind": "train"): forward plus backward
+# (attnc bench --grad) against PyTorch autograd doing the same, float32:
+#   case | attnc ms | forward | backward | bwd / fwd | pytorch ms | vs pytorch | rounds | grad scratch | target | met?
+# vs pytorch = PyTorch's forward + backward / attnc's (target "target");
+# bwd / fwd = attnc's backward_ms / its forward_ms, both from the same
+# process (target: at most "max_backward"); grad scratch = the JSON's
+# grad_scratch_bytes (what the backward allocates besides the gradients)
+# and grad_bytes (the gradient buffers), "absent" when attnc has none.
 # Standard library only.
 
 import argparse
@@ -365,6 +373,81 @@ def overhead_table(cases, res, by_round):
                   % (n_met, n_rated), notes)
 
 
+def fmt_bytes(n):
+    if n is None:
+        return "absent"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return "%.1f %s" % (n / size, unit)
+    return "%d B" % n
+
+
+def train_table(cases, res, by_round):
+    """The training rows: attnc's forward + backward against PyTorch
+    autograd's, and attnc's backward against its own forward."""
+    rows_t = [c for c in cases if c.get("kind") == "train" and any((c["case"], p) in res for p in ("attnc", "pytorch"))]
+    if not rows_t:
+        return
+    head = ["case", "attnc ms", "forward", "backward", "bwd / fwd", "pytorch ms (fwd + bwd)", "vs pytorch", "rounds",
+            "grad scratch", "target", "met?"]
+    rows, notes = [], []
+    n_met = n_rated = 0
+    no_scratch = []
+    for c in rows_t:
+        cid = c["case"]
+        at, pt = res.get((cid, "attnc")), res.get((cid, "pytorch"))
+        for line, peer in ((at, "attnc"), (pt, "pytorch")):
+            if line and "error" in line:
+                notes.append("%s %s: %s" % (c["label"], peer, line["error"]))
+        a_ms = at.get("median_ms") if at else None
+        fwd, bwd = (at.get("forward_ms"), at.get("backward_ms")) if at else (None, None)
+        p_ms = pt.get("median_ms") if pt else None
+        vs = p_ms / a_ms if a_ms and p_ms else None
+        peer_r = []
+        for rnd, meds in by_round.get(cid, {}).items():
+            if meds.get("attnc") and meds.get("pytorch"):
+                peer_r.append(meds["pytorch"] / meds["attnc"])
+        parts = [("vs pytorch", "%gx pytorch" % c["target"], c["target"], vs)]
+        if "max_backward" in c:
+            # bwd / fwd <= m is fwd / bwd >= 1 / m, in judge's form
+            parts.append(("backward", "backward <= %gx forward" % c["max_backward"], 1 / c["max_backward"],
+                          fwd / bwd if fwd and bwd else None))
+        verdict, rated, met = judge(parts)
+        n_rated += rated
+        n_met += met
+        scratch = at.get("grad_scratch_bytes") if at else None
+        if at and "median_ms" in at and scratch is None:
+            no_scratch.append(c["label"])
+        scratch_cell = fmt_bytes(scratch) if a_ms else "-"
+        if a_ms and at.get("grad_bytes") is not None:
+            scratch_cell += " (+ %s grads)" % fmt_bytes(at["grad_bytes"])
+        py_cell = "-"
+        if pt and p_ms is not None:
+            py_cell = fmt_ms(p_ms)
+            if pt.get("forward_ms") is not None and pt.get("backward_ms") is not None:
+                py_cell += " (%s + %s)" % (fmt_ms(pt["forward_ms"]), fmt_ms(pt["backward_ms"]))
+            if pt.get("op"):
+                notes.append("%s pytorch: %s; %s" % (c["label"], pt["op"], pt.get("checked", "not checked")))
+        elif pt and "error" in pt:
+            py_cell = "error"
+        elif pt and "skipped" in pt:
+            py_cell = "skipped"
+        rows.append([c["label"], fmt_ms(a_ms), fmt_ms(fwd), fmt_ms(bwd),
+                     "%.2fx" % (bwd / fwd) if fwd and bwd else "-", py_cell,
+                     "%.2fx" % vs if vs is not None else "-",
+                     "%.2f-%.2fx" % (min(peer_r), max(peer_r)) if len(peer_r) > 1 else "-",
+                     scratch_cell, ", ".join(t for _, t, _, _ in parts), verdict])
+    if no_scratch:
+        notes.append("grad scratch absent: attnc bench --grad --json printed no grad_scratch_bytes for %s"
+                     % ", ".join(no_scratch))
+    print_section("training: forward + backward (attnc bench --grad) against PyTorch autograd", head, rows,
+                  "attnc ms = one attnc_grad (the forward run again, then the backward); forward = attnc_run on the same "
+                  "train kernel, backward = the pair minus it (same process); vs pytorch = PyTorch autograd's forward + "
+                  "backward / attnc's (above 1: attnc is faster); rounds = the lowest and highest vs pytorch within one "
+                  "round; grad scratch = what the backward allocates besides the gradient buffers; %d of %d targets met"
+                  % (n_met, n_rated), notes)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -445,7 +528,7 @@ def main():
     near_peak = []      # cases whose target asks for over 95% of the FMA peak
     dense_only = False  # a causal case's results carry only the dense FLOP count
     for c in cases:
-        if "base" in c or c.get("kind") == "cache":  # the other tables'
+        if "base" in c or c.get("kind") in ("cache", "train"):  # the other tables'
             continue
         cid = c["case"]
         at, pt, ot = res.get((cid, "attnc")), res.get((cid, "pytorch")), res.get((cid, "ort"))
@@ -556,6 +639,7 @@ def main():
     narrow_table(cases, res, by_round, machine, a.bf16_peak_gflops, threads)
     cache_table(cases, res, by_round)
     overhead_table(cases, res, by_round)
+    train_table(cases, res, by_round)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,12 @@
 # checks compare with.
 # An overhead row (issue 27, "kind": "overhead") is attnc alone: its
 # target is attnc over attnc on its base, the same spec without its key.
+# A train row ("kind": "train") times forward plus backward: attnc bench
+# --grad (3 runs at least; the 1-run probe alone when it took ten
+# budgets), PyTorch autograd; ORT has no peer for it.
 # Then the tables (bench/report.py): the f32 suite, and the 16- and 8-bit
-# rows against their base cases, the cache rows, the overhead rows.  Raw JSON lines go to
+# rows against their base cases, the cache rows, the overhead rows, the
+# training rows.  Raw JSON lines go to
 # bench/results-latest.jsonl.
 #
 # A missing peer is installed when we are root and may (Debian's
@@ -158,11 +162,19 @@ err_line() { # peer message-file
 run_case() { # writes the case's JSON lines, all three peers, to stdout
   # a KV cache case (issue 28) times one step with CACHE_LEN positions filled
   CL=(); [ "$CACHE_LEN" = - ] || CL=(--cache-len "$CACHE_LEN")
+  # a train row times forward plus backward (attnc bench --grad); its
+  # backward can take seconds, so 3 runs are enough there, and when the
+  # probe alone took ten budgets it is the row's timing (1 run)
+  MIN_RUNS=5
+  [ "$KIND" = train ] && { CL+=(--grad); MIN_RUNS=3; }
   # attnc: a 1-run probe (also fills the kernel cache), then enough runs
   if "$ATTNC" bench "$SPEC" "${CL[@]}" --json --backend cc --threads "$THREADS" --runs 1 </dev/null >"$TMP/probe" 2>"$TMP/err"; then
     EST=$(json_num median_ms <"$TMP/probe")
-    RUNS=$(awk -v b="$BUDGET_MS" -v e="${EST:-1}" 'BEGIN { r = int(b / (e > 0.001 ? e : 0.001)); if (r < 5) r = 5; if (r > 200) r = 200; print r }')
-    if "$ATTNC" bench "$SPEC" "${CL[@]}" --json --backend cc --threads "$THREADS" --runs "$RUNS" </dev/null >"$TMP/a" 2>"$TMP/err"; then
+    RUNS=$(awk -v b="$BUDGET_MS" -v e="${EST:-1}" -v m="$MIN_RUNS" 'BEGIN { r = int(b / (e > 0.001 ? e : 0.001)); if (r < m) r = m; if (r > 200) r = 200; print r }')
+    ONE=no
+    [ "$KIND" = train ] && ONE=$(awk -v b="$BUDGET_MS" -v e="${EST:-0}" 'BEGIN { print (e >= 10 * b ? "yes" : "no") }')
+    if [ "$ONE" = yes ]; then cp "$TMP/probe" "$TMP/a"; fi
+    if [ "$ONE" = yes ] || "$ATTNC" bench "$SPEC" "${CL[@]}" --json --backend cc --threads "$THREADS" --runs "$RUNS" </dev/null >"$TMP/a" 2>"$TMP/err"; then
       sed "s/^{/{\"case\": \"$ID\", \"peer\": \"attnc\", \"requested_threads\": $THREADS, /" "$TMP/a"
     else err_line attnc "$TMP/err"; fi
   else err_line attnc "$TMP/err"; fi
@@ -172,7 +184,7 @@ run_case() { # writes the case's JSON lines, all three peers, to stdout
     timeout 900 "$PY" bench/torch_bench.py --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" --attnc "$ATTNC" </dev/null \
       || { echo "torch_bench.py failed or timed out" >"$TMP/err"; err_line pytorch "$TMP/err"; }
   fi
-  if [ $ORT = 1 ] && [ "$BASE" = - ]; then
+  if [ $ORT = 1 ] && [ "$BASE" = - ] && [ "$KIND" != train ]; then  # ORT: inference only
     timeout 900 node bench/ort_bench.js --threads "$THREADS" --cases "$ID" --budget-ms "$BUDGET_MS" --attnc "$ATTNC" </dev/null \
       || { echo "ort_bench.js failed or timed out" >"$TMP/err"; err_line ort "$TMP/err"; }
   fi

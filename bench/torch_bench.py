@@ -25,6 +25,16 @@
 #                counts.  Each is first checked at a tiny size against
 #                `attnc run` (--attnc) on the same weights, input and caches:
 #                output and both caches after the step.
+#   train        ("kind": "train") forward and backward of the layer its
+#                "layer" names (core, full, alphafold: the builders above,
+#                float32), in train mode under autograd: out = layer(...),
+#                out.backward(dout), the gradients of the inputs (q, k, v;
+#                x; x and the pair bias) and of every weight and bias, as
+#                `attnc grad` computes them.  Before timing, the same code
+#                at a tiny size is checked against `attnc grad` (--attnc)
+#                on the same tensors and dout: out and every gradient.
+#                The line adds forward_ms and backward_ms, the medians of
+#                each half of the timed pairs.
 #
 # Cases with a "base" (the 16- and 8-bit rows of issue 26) take their shapes
 # from the base case and build the peer their "pytorch" field names:
@@ -370,6 +380,125 @@ def build_cache(c):
     return variants, rejected
 
 
+
+# ------------------------------------------------------- training (autograd)
+
+def train_layer(layer, c, draw):
+    """The forward of a train case's layer with its leaves requiring grad:
+    (spec of the same layer at c's shapes, {attnc name: leaf tensor},
+    forward) with forward() -> out.  draw(shape) makes a tensor."""
+    if layer == "core":
+        B, H, S, d = c["B"], c["H"], c["S"], c["d"]
+        q, k, v = (draw((B, H, S, d)).requires_grad_() for _ in range(3))
+        scale = 1 / math.sqrt(d)
+
+        def fwd():
+            return torch.matmul(torch.softmax(torch.matmul(q * scale, k.transpose(-1, -2)), dim=-1), v)
+        return "mha mode=core q=%d,%d,%d,%d train" % (B, H, S, d), {"q": q, "k": k, "v": v}, fwd
+    if layer == "full":
+        B, S, E, H = c["B"], c["S"], c["E"], c["H"]
+        m = nn.MultiheadAttention(E, H, batch_first=True).train()
+        with torch.no_grad():
+            for p in m.parameters():  # its biases start at zero: make their gradients count
+                p.copy_(draw(p.shape) * (0.1 if p.dim() == 1 else 1 / math.sqrt(E)))
+        x = draw((B, S, E)).requires_grad_()
+
+        def fwd():
+            return m(x, x, x, need_weights=False)[0]
+        leaves = dict(m.named_parameters(), x=x)
+        return "mha x=%d,%d,%d heads=%d train" % (B, S, E, H), leaves, fwd
+    if layer == "alphafold":
+        N, S, Cin, H, cc = c["N"], c["S"], c["Cin"], c["H"], c["c"]
+        m = SeedMultiHeadAttention(Cin, cc, H, attn_dim=-2, gated=True).train()
+        x = draw((N, S, Cin)).requires_grad_()
+        bias = draw((H, S, S)).requires_grad_()
+
+        def fwd():
+            return m(x, bias=bias)
+        leaves = dict(m.named_parameters(), x=x, bias=bias)
+        spec = "alphafold x=%d,%d,%d attn_dim=-2 heads=%d head_dim=%d gated bias=%d,%d,%d train" % (N, S, Cin, H, cc, H, S, S)
+        return spec, leaves, fwd
+    raise ValueError("no train layer '%s'" % layer)
+
+
+TRAIN_TINY = {"core": {"B": 2, "H": 2, "S": 7, "d": 8},
+              "full": {"B": 2, "S": 7, "E": 16, "H": 2},
+              "alphafold": {"N": 3, "S": 7, "Cin": 16, "H": 2, "c": 4}}
+
+
+def check_train_tiny(layer):
+    """The layer at a tiny size, forward and backward, against `attnc grad`
+    on the same tensors and dout: out and the gradient of every leaf within
+    1e-4 of that tensor's largest magnitude.  None when they agree, else why
+    not."""
+    import subprocess
+    spec, leaves, fwd = train_layer(layer, TRAIN_TINY[layer], lambda shape: torch.rand(shape) * 2 - 1)
+    out = fwd()
+    dout = torch.rand(out.shape) * 2 - 1
+    out.backward(dout)
+    with tempfile.TemporaryDirectory() as tmp:
+        inp, dp, outp = (os.path.join(tmp, n + ".safetensors") for n in ("in", "dout", "out"))
+        write_safetensors(inp, {n: t.detach() for n, t in leaves.items()})
+        write_safetensors(dp, {"dout": dout})
+        r = subprocess.run([ARGS.attnc, "grad", spec, "--tensors", inp, "--dout", dp, "--out", outp, "--threads", "1"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if r.returncode != 0:
+            return "attnc grad (%s) failed: %s" % (ARGS.attnc, r.stderr.decode(errors="replace").strip().splitlines()[:1])
+        mine = read_safetensors_f32(outp)
+    want = [("out", out.detach())] + [("grad." + n, t.grad) for n, t in leaves.items()]
+    for name, t in want:
+        if name not in mine:
+            return "attnc grad wrote no %s (it wrote %s)" % (name, ", ".join(sorted(mine)))
+        err = ((mine[name].view(t.shape) - t).abs().max() / t.abs().max()).item()
+        if not err <= 1e-4:
+            return "%s differs from attnc's by %.3g of its max |value|" % (name, err)
+    return None
+
+
+def bench_train(c):
+    """Forward + backward under autograd, float32, after the tiny check.
+    Each timed run: leaves' .grad cleared (untimed), out = forward(),
+    out.backward(dout); the pair, and each half, timed."""
+    why = check_train_tiny(c["layer"])
+    if why:
+        raise RuntimeError("tiny check against attnc grad: " + why)
+    spec, leaves, fwd = train_layer(c["layer"], c, lambda shape: torch.rand(shape) * 2 - 1)
+    dout = torch.rand(fwd().shape) * 2 - 1
+
+    def one():
+        for t in leaves.values():
+            t.grad = None
+        t0 = time.perf_counter()
+        out = fwd()
+        t1 = time.perf_counter()
+        out.backward(dout)
+        t2 = time.perf_counter()
+        return (t2 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+    # warm-up as time_it's: two runs unless one takes half the budget, more
+    # while they take under a fifth of it (at most 20)
+    w0 = time.perf_counter()
+    warm = [one()]
+    while ((len(warm) < 2 and warm[0][0] < ARGS.budget_ms / 2)
+           or ((time.perf_counter() - w0) * 1e3 < 0.2 * ARGS.budget_ms and len(warm) < 20)):
+        warm.append(one())
+    runs = max(5, min(200, round(ARGS.budget_ms / max(min(w[0] for w in warm), 1e-3))))
+    times = [one() for _ in range(runs)]
+    for n, t in leaves.items():
+        if t.grad is None or not torch.isfinite(t.grad).all():
+            raise RuntimeError("no finite gradient for %s" % n)
+    pair = [t[0] for t in times]
+    return dict(case=c["case"], peer="pytorch", op="autograd: %s forward + backward (float32)" % {
+        "core": "matmul-softmax-matmul", "full": "nn.MultiheadAttention",
+        "alphafold": "seed MultiHeadAttention"}[c["layer"]],
+        median_ms=round(statistics.median(pair), 4), min_ms=round(min(pair), 4),
+        forward_ms=round(statistics.median(t[1] for t in times), 4),
+        backward_ms=round(statistics.median(t[2] for t in times), 4),
+        runs=runs, warmups=len(warm), threads=torch.get_num_threads(), grads=sorted(leaves),
+        checked="tiny size against attnc grad: out and %d gradients within 1e-4 of max |value|" % len(leaves),
+        omp_wait_policy=os.environ["OMP_WAIT_POLICY"], version=torch.__version__)
+
+
 BUILDERS = {"full": build_full, "core": build_core, "decode": build_decode, "alphafold": build_alphafold}
 
 
@@ -497,6 +626,8 @@ def bench_one(c):
         return dict(head, skipped="no PyTorch peer of its own: its target is against attnc's f32 step (%s)" % c["base"])
     if kind == "none":
         return dict(head, skipped="no PyTorch peer for dtype=%s (torch 1.13's CPU has no Half matmul)" % c.get("dtype"))
+    if c["kind"] == "train":
+        return bench_train(c)
     with torch.inference_mode():
         if c["kind"] == "cache" and kind == "f32":
             variants, rejected = build_cache(c)

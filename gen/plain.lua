@@ -28,7 +28,7 @@ for w in ([[
   d_x d_kv d_q d_k d_v d_o d_og og d_bias d_sinks d_out q_mean n_mean d_q_h d_k_h d_v_h d_o_h d_q_mean D dO sg g_d
   t dp ds dz p m sj l wq wk wv wo seed
   z z0 it bw bw_row bw_for_items bw_project_item bw_run_project bw_d_input_item bw_d_weight_item bw_run_d_project bw_forward_item bw_dq_item bw_dkv_item bw_row_forward_online for_items project_item run_project d_input_item d_weight_item run_d_project forward_item dq_item dkv_item
-  d_sink_row zeros i_lo i_hi h_lo h_hi j0 j1 jb j_blocks i_blocks r0 r1 nr n1 e1 BW_ROWS BW_KEYS BW_FEATS row_forward_online alpha pd dot lane bw_exp bw_tile bw_transpose_item kt vt i0 e0 nk BW_TK g_k pv dv_j dk_j db bw_transpose bw_pack bw_d_project_prims wt tmp dyt xt raw1 raw2 pw px
+  d_sink_row zeros i_lo i_hi h_lo h_hi j0 j1 jb j_blocks i_blocks r0 r1 nr n1 e1 BW_ROWS BW_KEYS BW_FEATS row_forward_online alpha pd dot lane bw_exp bw_tile bw_transpose_item BW_LANES Skp bw_logits m_new nan sum pj as ad acc av ak w d0 k0 kt vt i0 e0 nk BW_TK g_k pv dv_j dk_j db bw_transpose bw_pack bw_d_project_prims wt tmp dyt xt raw1 raw2 pw px
   narrow1_bf16 narrow1_f16 compute narrow narrow1 widen_bf16 widen_f16 widen1_bf16 widen1_f16 dequant_int8 store_t f32_bits wide n_out err a
 ]]):gmatch("%S+") do TAKEN[w] = true end
 

@@ -1672,7 +1672,7 @@ static void test_cli_guard_rails(void **state)
  * name: it fails and names `make examples`.  `-n`: nothing is built. */
 static void test_cli_make_examples(void **state)
 {
-  static const char *const want[] = { "examples/aot/check.sh", "af_msa_row", "gpt_decode", "cross_attn",
+  static const char *const want[] = { "examples/aot/check.sh", "af_msa_row", "gpt_decode", "cross_attn", "train_step",
                                       "examples/python/attn_heatmap.py" };
   cli_result r;
   size_t i;
@@ -2391,7 +2391,8 @@ static void test_cli_grad_usage_and_errors(void **state)
   EXPECT_HAS(r, r.out, "  grad     forward and backward", "attnc help lists grad");
   cli_free(&r);
   CLI(r, "check", "--help");
-  EXPECT_HAS(r, r.out, "--seed N            the seed of the random data", "check's --seed is the data seed");
+  EXPECT_HAS(r, r.out, "a train spec's dropout takes the same seed", "check's --seed seeds the data and the dropout");
+  EXPECT_HAS(r, r.out, "--grad", "check takes --grad");
   cli_free(&r);
   CLI(r, "run", "--help");
   EXPECT_HAS(r, r.out, "--seed N            the dropout seed", "run's --seed is the dropout seed");

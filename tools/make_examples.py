@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # make_examples.py: the checkpoints and inputs of the example programs in
-# examples/af_msa_row, examples/gpt_decode and examples/cross_attn.
+# examples/af_msa_row, examples/gpt_decode and examples/cross_attn, and
+# the initial weights, data and PyTorch loss curve of examples/train_step.
 #
 # Regenerate everything (deterministic, fixed seeds) with
 #
@@ -26,6 +27,7 @@
 # model's own code (OpenFold's Attention, Hugging Face's LlamaAttention,
 # torch.nn.MultiheadAttention inside nn.Transformer), never from attnc.
 
+import copy
 import math
 import os
 import sys
@@ -333,14 +335,94 @@ def cross_attn():
         ("x", "F32", npf32(x)), ("kv", "F32", npf32(memory)), ("mask", "I64", mask.numpy()),
         ("expected", "F32", npf32(out))], meta)
 
+# --------------------------------------------------------------------------
+# 4. A training loop: SGD on a causal nn.MultiheadAttention (train_step)
+# --------------------------------------------------------------------------
+
+TRAIN_STEPS, TRAIN_LR = 100, 1.0
+
+
+def train_step():
+    """torch.nn.MultiheadAttention(32, 4, batch_first=True), causal (a bool
+    attn_mask above the diagonal), fitted to a target with plain SGD
+    (torch.optim.SGD, lr 1.0, no momentum) for 100 steps, every parameter
+    updated: in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias.
+    Loss = 0.5 * mean((out - target)^2) over the 16 x 32 outputs, so the
+    gradient of out is (out - target) / 512.  The target is the output of a
+    second, "teacher" layer of the same shape on the same x, so the student
+    can reach it.  Weights start as nn.MultiheadAttention's Xavier-uniform
+    draws from a seeded generator, biases uniform in +-0.1 (torch starts
+    them at zero; nonzero ones make every bias's gradient count).
+
+    Stored: the student's initial weights (checkpoint.safetensors, under
+    layers.0.self_attn., among the teacher's under layers.1.self_attn.,
+    which the example must not bind); x, target, lr and expected_loss, the
+    loss of each of the 100 steps (before its update) computed with the
+    model in float32, as PyTorch trains, from the stored float32 values.
+    The same 100 steps in float64 must stay within 1e-5 relative of the
+    float32 curve, so the example's 1e-3 tolerance is far above rounding."""
+    gen = torch.Generator().manual_seed(4004)
+    E, H, S = 32, 4, 16
+
+    def layer():
+        m = torch.nn.MultiheadAttention(E, H, batch_first=True)
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if p.dim() == 1:
+                    p.copy_(vec_init(gen, p.shape[0], 0.1))
+                else:  # xavier_uniform_ (in_proj_weight: over each of q, k, v's E rows)
+                    fan_out = p.shape[0] // 3 if name == "in_proj_weight" else p.shape[0]
+                    bound = math.sqrt(6.0 / (fan_out + p.shape[1]))
+                    p.copy_(f32((torch.rand(p.shape, generator=gen) * 2 - 1) * bound))
+        return m
+
+    student, teacher = layer(), layer()
+    x = f32(torch.randn(1, S, E, generator=gen))
+    mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)   # True: may not attend
+    with torch.no_grad():
+        target = f32(teacher(x, x, x, attn_mask=mask, need_weights=False)[0])
+
+    def fit(dtype):
+        m = copy.deepcopy(student).to(dtype).train()
+        xs, ts = x.to(dtype), target.to(dtype)
+        opt = torch.optim.SGD(m.parameters(), lr=TRAIN_LR)
+        losses = []
+        for _ in range(TRAIN_STEPS):
+            opt.zero_grad()
+            out = m(xs, xs, xs, attn_mask=mask, need_weights=False)[0]
+            loss = 0.5 * ((out - ts) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return torch.tensor(losses, dtype=torch.float64)
+
+    curve = fit(torch.float32)
+    exact = fit(torch.float64)
+    drift = ((curve - exact).abs() / exact).max().item()
+    assert drift < 1e-5, "float32 and float64 curves differ by %.3g" % drift
+    assert curve[-1] < 0.1 * curve[0], "the loss must fall: %g -> %g" % (curve[0], curve[-1])
+
+    ck = [("layers.0.self_attn." + n, "F32", npf32(p)) for n, p in student.state_dict().items()]
+    ck += [("layers.1.self_attn." + n, "F32", npf32(p)) for n, p in teacher.state_dict().items()]
+    d = os.path.join(EX_DIR, "train_step")
+    meta = {"format": "pt", "made_by": "tools/make_examples.py"}
+    write_safetensors(os.path.join(d, "checkpoint.safetensors"), ck, meta)
+    write_safetensors(os.path.join(d, "inputs.safetensors"), [
+        ("x", "F32", npf32(x)), ("target", "F32", npf32(target)),
+        ("lr", "F32", np.array(TRAIN_LR, dtype=np.float32)),
+        ("expected_loss", "F32", curve.to(torch.float32).numpy())], meta)
+    print("train_step: loss %.4g -> %.4g over %d steps; float32 vs float64 curve: %.2g relative"
+          % (curve[0], curve[-1], TRAIN_STEPS, drift))
+
 
 def main():
     torch.set_num_threads(1)
-    for d in ("af_msa_row", "gpt_decode", "cross_attn"):
+    for d in ("af_msa_row", "gpt_decode", "cross_attn", "train_step"):
         os.makedirs(os.path.join(EX_DIR, d), exist_ok=True)
     af_msa_row()
     gpt_decode()
     cross_attn()
+    train_step()
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ GLOBAL="alphafold x=S,R,64 attn_dim=-3 heads=4 head_dim=16 gated global mask=key
 CROSS="mha x=B,T,64 kv=B,S,32 heads=4 mask=key"
 CAUSAL="mha x=B,S,64 heads=4 causal mask=key"
 WINDOW="mha x=B,S,64 heads=4 causal window=3,0 mask=key"
+CAUSAL_NOMASK="mha x=B,S,64 heads=4 causal"
 
 cat <<'TXT'
 # Tutorial: attention variants, one spec at a time
@@ -91,3 +92,100 @@ PYTHONPATH=python /usr/bin/python3 examples/python/attn_heatmap.py heatmap.svg
 TXT
 cat "$EX/attn_heatmap.txt"
 echo '```'
+
+# Section 10: the backward pass of a train spec, and how to check it.
+TRAIN="mha x=B,S,64 heads=4 causal train"
+step "10. Training: the backward pass, and checking gradients" "$TRAIN" "$CAUSAL_NOMASK" "\`train\` adds a second entry point, \`NAME_backward\`: it runs the forward again, keeping one log-sum-exp per query row, and then takes the gradient of L = sum(out * dout) back through every step in reverse.  The probabilities are recomputed from q, k and the log-sum-exp key by key (FlashAttention-2's way), so the backward never holds an Sq x Sk matrix either.  Each step of the forward gets its gradient, numbered with a prime (11' is the output projection's): \`d_project\` for the projections, \`from_heads\` for the split, and \`row_backward\` for scores, softmax and weighted sum of one query row."
+cat <<'TXT'
+### Checking gradients against finite differences
+
+A backward pass is easy to get almost right, so attnc checks it the way
+the forward is checked, against the float64 reference, but through the
+derivative's definition instead of a second backward:
+
+```sh
+attnc check "mha x=B,S,64 heads=4 causal" --grad --dim B=2 --dim S=7
+```
+
+With `--grad` (`train` is implied), `check` draws random weights, inputs
+and an output gradient `dout`, runs attnc's forward and backward, checks
+`out` as without `--grad`, and then compares every gradient attnc
+returns (x and each weight and bias here) with the reference's finite
+differences of L = sum(out * dout): for an element with value w,
+(8 (L(w+h) - L(w-h)) - (L(w+2h) - L(w-2h))) / 12h with
+h = 1e-3 * max(1, |w|), the fourth-order central stencil, which in
+float64 is good to about 2e-10 of the gradients' scale, far below what
+f32 can reach.  Each finite difference costs four forward passes, so a
+gradient is judged at all of its elements when it has at most 64, else
+at 48 (the first, the last and random ones).  One line per gradient, for
+example:
+
+```text
+gradients of sum(out * dout), dout random, against central finite differences of the float64 reference:
+  grad.x                        48 of 896 judged, max abs error 5.57e-08 (rms 0.122), NMSE 2.79e-14, worst/tolerance 0.00204
+  grad.linear_q.weight          48 of 4096 judged, max abs error 5.28e-08 (rms 0.0391), NMSE 9.39e-14, worst/tolerance 0.00428
+  ...
+  grad.linear_o.bias            64 of 64 judged, max abs error 8.2e-07 (rms 2.15), NMSE 6.59e-15, worst/tolerance 0.00125
+496 gradient values in 9 gradients: OK
+```
+
+- **max abs error**: the largest |attnc - finite difference| over the
+  judged elements; **rms**: the root mean square of the finite
+  differences, the gradient's scale.
+- **worst/tolerance**: the largest error over its element's bound, which
+  is DESIGN.md's row for f32 gradients, 1e-4 * rms + 1e-4 * |r| (r the
+  finite difference); below 1 passes.  The bound is ten times looser
+  than the forward's, because a weight's gradient sums over every row of
+  the batch and a query's over every key, and rounding adds up.
+- **NMSE**: sum((attnc - r)^2) / sum(r^2), at most 1e-8.
+- The exit status is 1 when any of them fails, with the worst element
+  named.  `--seed N` draws other data, and is the dropout seed of a spec
+  with `dropout=P`: the mask depends only on the seed and the (batch,
+  head, query, key) indices (DESIGN.md's Philox counter), so the finite
+  differences and the backward see the same mask.
+- The k projection's bias has a gradient of exactly zero in exact
+  arithmetic (below), so its bound takes the q bias's scale.
+
+### Gradients of a real layer: attnc grad
+
+`attnc grad` runs forward and backward on tensors from files, like
+`attnc run`, with the output gradient as the tensor `dout` of its own
+file.  On the layer that [examples/train_step](../examples/train_step/README.md)
+trains (`nn.MultiheadAttention(32, 4)` names, causal), with `dout` all
+ones, the gradient of L = sum(out), as PyTorch's `output.sum().backward()`:
+
+```sh
+attnc grad "mha x=1,16,32 heads=4 causal" \
+  --tensors examples/train_step/checkpoint.safetensors --prefix layers.0.self_attn. \
+  --tensors examples/train_step/inputs.safetensors --dout ones.safetensors --out grads.safetensors
+```
+
+`grads.safetensors` holds `out` and, for every differentiable tensor it
+bound, `grad.NAME` under the name it was read as, in that tensor's shape:
+`grad.x` (1, 16, 32), `grad.layers.0.self_attn.in_proj_weight` (96, 32)
+(q, k and v stacked, as PyTorch stores them),
+`grad.layers.0.self_attn.in_proj_bias` (96),
+`grad.layers.0.self_attn.out_proj.weight` (32, 32) and
+`grad.layers.0.self_attn.out_proj.bias` (32).  What the numbers mean:
+
+- grad.W[n][i] is dL/dW[n][i]: how much L = sum(out * dout) changes per
+  unit change of that one weight.  With `dout` the gradient of a loss
+  with respect to `out`, it is the loss's gradient (the chain rule), the
+  number SGD multiplies by the learning rate.
+- `out_proj.bias`: every element is exactly 16 here: each of the 16 rows
+  adds the bias once, and dout is 1.  A quick sanity check of any file.
+- `in_proj_bias` rows 32..63, the k projection's bias, are zero up to
+  rounding (about 1e-6 against gradients of order 10): a k bias adds
+  q_i . b_k to every score of row i, a constant the softmax ignores.  The
+  usual health check "every learnable tensor has a nonzero gradient" has
+  this one exception, in PyTorch too; the gradient checker judges it
+  against the q bias's scale for that reason.
+- the gradients are of one call: `attnc grad` neither accumulates nor
+  scales by a batch size; a loss that averages over B examples carries
+  its 1/B in dout.
+
+From C the same is `attnc_grad(bindings, &out, &dout, &err)`, then
+`attnc_grad_name` and `attnc_grad_get` ([api.md](api.md));
+examples/train_step runs 100 SGD steps with them and matches PyTorch's
+loss at every step.
+TXT
