@@ -216,7 +216,8 @@ static const char *help_for(const char *cmd)
            "                      dropout=P: use the seed of the forward the gradient is for\n"
            "  --dim NAME=N        set a named dim instead of inferring it from the inputs\n"
            "  --backend tcc|cc    default ATTNC_BACKEND, else tcc\n"
-           "  --threads N         threads (the backward runs on one; the run's forward on N)\n"
+           "  --threads N         threads (default ATTNC_THREADS, else all CPUs); the gradients\n"
+           "                      are the same bits for any count\n"
            "  --plain             the plain form\n"
            "  --quiet             print nothing on success\n"
            "  --allow-unused      ignore inputs the spec does not read, as run does\n";
@@ -259,12 +260,15 @@ static const char *help_for(const char *cmd)
            "                      absent): the median is of one attnc_grad, the pair, which\n"
            "                      runs the forward again; forward_ms is the median of attnc_run\n"
            "                      on the same train kernel, backward_ms the pair's median minus\n"
-           "                      it (both run on --threads threads).  gflops: explain's backward FLOPs (the\n"
-           "                      forward recomputed included) over median_ms; forward_gflops:\n"
-           "                      the forward's over forward_ms.  grad_bytes: the gradient\n"
-           "                      buffers the bindings hold (one per grad slot, the in_proj_*\n"
-           "                      stacks, a converted dout); grad_scratch_bytes: what the\n"
-           "                      backward allocates besides them (NAME_backward_bytes: O(S))\n"
+           "                      it; both run on --threads threads.  gflops: explain's\n"
+           "                      backward FLOPs (the forward recomputed included) over\n"
+           "                      median_ms; forward_gflops: the forward's over forward_ms.\n"
+           "                      grad_bytes: the gradient buffers the bindings hold (one per\n"
+           "                      grad slot, the in_proj_* stacks, a converted dout);\n"
+           "                      grad_scratch_bytes: what the backward keeps besides them for\n"
+           "                      its whole length (NAME_backward_bytes: O(S); the fast form's\n"
+           "                      gradient products also take short-lived copies of one\n"
+           "                      projection's operands)\n"
            "  --json              print one JSON object instead of text (a cache spec adds\n"
            "                      cache_len and cap; --grad adds forward_ms, backward_ms,\n"
            "                      forward_gflops, grad_bytes and grad_scratch_bytes)\n";
@@ -424,16 +428,18 @@ static int compile_spec(struct cli *c, attnc_kernel **k)
 static int imply_train(char **spec, const char *spec_name)
 {
   attnc_options o = { ATTNC_BACKEND_DEFAULT, 0, spec_name, ATTNC_FORM_FAST };
-  attnc_error e;
+  attnc_error e, e2;
   char canon[8192], *with;
-  if (attnc_spec_canonical(*spec, &o, canon, sizeof canon, &e) != ATTNC_OK) { print_error(&e); return 1; }
-  if (strstr(canon, " train=true")) return 0;
+  /* the spec as written may need train to parse (dropout=P without train) */
+  const int as_written = attnc_spec_canonical(*spec, &o, canon, sizeof canon, &e) == ATTNC_OK;
+  if (as_written && strstr(canon, " train=true")) return 0;
   if (!(with = malloc(strlen(*spec) + 8))) { fprintf(stderr, "attnc: error: out of memory\n"); return 1; }
   sprintf(with, "%s\ntrain", *spec);
-  if (attnc_spec_canonical(with, &o, canon, sizeof canon, &e) != ATTNC_OK) {
-    /* the error is about the train this command added, not the text written */
-    fprintf(stderr, "attnc: error: %s: the gradients need the key train, which this command adds, and it does "
-                    "not fit this spec: %s\n", spec_name, e.message);
+  if (attnc_spec_canonical(with, &o, canon, sizeof canon, &e2) != ATTNC_OK) {
+    if (!as_written) print_error(&e2); /* the spec's own error, at its own position (train goes on a line after it) */
+    else /* the error is about the train this command added, not the text written */
+      fprintf(stderr, "attnc: error: %s: the gradients need the key train, which this command adds, and it does "
+                      "not fit this spec: %s\n", spec_name, e2.message);
     free(with);
     return 1;
   }

@@ -164,7 +164,7 @@ attnc_status attnc_bindings_set_seed(attnc_bindings *b, uint64_t seed, attnc_err
 uint64_t attnc_bindings_seed(const attnc_bindings *b);
 /* 1 when the kernel has a backward pass (spec key train). */
 int attnc_kernel_trains(const attnc_kernel *k);
-/* Forward and backward of a train spec, on the calling thread: writes out
+/* Forward and backward of a train spec (the fast form on the bindings' threads, the plain form on the calling thread): writes out
  * (and lse, attn where bound) as attnc_run does, then, from dout (the
  * gradient of out: out's shape, any float dtype), the gradient of every
  * differentiable tensor bound: x, kv, q, k, v, bias, sinks, each weight

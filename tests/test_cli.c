@@ -2390,6 +2390,15 @@ static void test_cli_grad_usage_and_errors(void **state)
   EXPECT_EXIT0(r, "attnc help");
   EXPECT_HAS(r, r.out, "  grad     forward and backward", "attnc help lists grad");
   cli_free(&r);
+  /* --grad adds train, which dropout needs: the spec parses only with it */
+  CLI(r, "show", "--grad", "mha x=B,S,16 heads=2 causal dropout=0.5");
+  EXPECT_EXIT0(r, "show --grad of a dropout spec without train");
+  EXPECT_HAS(r, r.out, "_backward(const attnc_args *args)", "the backward is shown");
+  cli_free(&r);
+  CLI(r, "show", "--grad", "mha x=B,S,16 heads=2 causal dropout=1.5");
+  EXPECT_FAIL(r, "show --grad with dropout out of range");
+  EXPECT_HAS(r, r.err, "spec:1:37: error: dropout must be a probability", "the spec's own error at its position");
+  cli_free(&r);
   CLI(r, "check", "--help");
   EXPECT_HAS(r, r.out, "a train spec's dropout takes the same seed", "check's --seed seeds the data and the dropout");
   EXPECT_HAS(r, r.out, "--grad", "check takes --grad");
@@ -2651,6 +2660,25 @@ static void test_cli_grad_seed_show_bench(void **state)
   CLI(r, "grad", DSPEC, "--tensors", "d_w.safetensors", "--dout", "d_dout.safetensors", "--out", "d_g.safetensors", "--seed", "7");
   EXPECT_EXIT0(r, "grad --seed 7");
   cli_free(&r);
+  /* one thread or two: the same bits, gradients included */
+  CLI(r, "grad", DSPEC, "--tensors", "d_w.safetensors", "--dout", "d_dout.safetensors", "--out", "d_g1.safetensors", "--seed",
+      "7", "--threads", "1", "--quiet");
+  EXPECT_EXIT0(r, "grad --threads 1");
+  cli_free(&r);
+  CLI(r, "grad", DSPEC, "--tensors", "d_w.safetensors", "--dout", "d_dout.safetensors", "--out", "d_g2.safetensors", "--seed",
+      "7", "--threads", "2", "--quiet");
+  EXPECT_EXIT0(r, "grad --threads 2");
+  cli_free(&r);
+  for (i = 0; i < 6; i++) {
+    char gname[64];
+    double *g1, *g2;
+    snprintf(gname, sizeof gname, "grad.%s", names[i]);
+    g1 = st_read64("d_g1.safetensors", gname, NULL);
+    g2 = st_read64("d_g2.safetensors", gname, NULL);
+    assert_memory_equal(g1, g2, sizeof(double) * (i == 4 ? 4 : i == 5 ? 64 : 16));
+    free(g1);
+    free(g2);
+  }
   g = st_read64("d_g.safetensors", "out", NULL);
   /* the forward it differentiated is run --seed 7's (another code path,
    * so equal to rounding, where another mask would differ by far more) */

@@ -434,8 +434,8 @@ class Kernel:
         that tensor's shape (in_proj_weight whole) in the kernel's dtype,
         float32 (float64 with dtype=f64), whatever dtype it was given in.
         A spec without train raises attnc.Error (compile it with " train"
-        added).  The backward runs on the calling thread, with the GIL
-        released.
+        added).  The backward runs on the kernel's threads (the fast
+        form), with the GIL released.
         """
         if not _kernel_trains(self._k):
             err = _Err()
