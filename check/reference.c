@@ -520,6 +520,8 @@ static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g
     lse = softmax(p, t, rw->h, g->Sk, nvis, m, w, vis);
   else
     empty_row_weights(p->empty_rows, g->Sk, g->filled, w);
+  /* the weights output: the probabilities before dropout (DESIGN.md's weights_out) */
+  if (rw->weights) memcpy(rw->weights, w, (size_t)g->Sk * sizeof *w);
   /* a row that sees no key follows empty_rows (or the sink) untouched */
   if (nvis > 0 && p->dropout > 0.0) dropout_row(p, g, rw, w);
   for (long d = 0; d < g->c; d++) {
@@ -527,7 +529,6 @@ static void attend_row(const ref_problem *p, const ref_tensors *t, const geom *g
     for (long j = 0; j < g->Sk; j++) s += w[j] * rw->v[j * rw->stride + d];
     rw->o[d] = s;
   }
-  if (rw->weights) memcpy(rw->weights, w, (size_t)g->Sk * sizeof *w);
   if (rw->lse) *rw->lse = lse;
 }
 

@@ -59,7 +59,7 @@ typedef struct ref_problem {
    * key j's probability is kept, times 1/(1-p), iff ref_dropout_keeps(p,
    * seed, b, h, i, j), else 0; b is the batch element (flattened
    * row-major), i the logit row (0 for global).  lse is unaffected; the
-   * weights output holds the probabilities after dropout. */
+   * weights output holds the probabilities before dropout (DESIGN.md). */
   double dropout;           /* p, 0 <= p < 1; 0 = off */
   uint64_t seed;            /* the dropout seed */
 } ref_problem;

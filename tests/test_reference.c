@@ -1612,7 +1612,9 @@ static void test_reference_philox_known_answers(void **state)
 /* One query over four keys with equal logits (weights 1/4) and v the
  * identity, so out is the row of weights after dropout: with seed 0 and
  * p = 1/2 the first known answer drops key 0 and keeps keys 1..3, each
- * scaled by 2.  lse is the softmax's, whatever dropout does. */
+ * scaled by 2.  lse is the softmax's and the weights output the
+ * probabilities before dropout (DESIGN.md's weights_out), whatever
+ * dropout does. */
 static void test_reference_dropout_by_hand(void **state)
 {
   (void)state;
@@ -1632,7 +1634,7 @@ static void test_reference_dropout_by_hand(void **state)
   const double want[4] = { 0.0, 0.5, 0.5, 0.5 };
   for (int d = 0; d < 4; d++) {
     assert_near(out[d], want[d], TOL);
-    assert_near(w[d], want[d], TOL);   /* the weights output is after dropout */
+    assert_near(w[d], 0.25, TOL);   /* the weights output is before dropout */
   }
   assert_near(lse, log(4.0), TOL);
 
@@ -1680,13 +1682,18 @@ static void test_reference_dropout_counter(void **state)
   p.seed = 0x123456789abcull;
   t.weights = w;
   assert_int_equal(ref_attention(&p, &t, out), 0);
-  long n = 0;
+  /* the weights output is the probabilities before dropout; out is the
+   * sum over the keys of the kept weights over 1-p times v */
+  for (long n = 0; n < NB0 * NB1 * H * SQ * SQ; n++) assert_near(w[n], w0[n], TOL);
   for (long b = 0; b < NB0 * NB1; b++)
     for (long h = 0; h < H; h++)
       for (long i = 0; i < SQ; i++)
-        for (long j = 0; j < SQ; j++, n++) {
-          double want = ref_dropout_keeps(0.3, p.seed, b, h, i, j) ? w0[n] / 0.7 : 0.0;
-          assert_near(w[n], want, TOL);
+        for (long d = 0; d < SQ; d++) {
+          const long row = (b * H + h) * SQ + i;
+          double want = 0;
+          for (long j = 0; j < SQ; j++)
+            if (ref_dropout_keeps(0.3, p.seed, b, h, i, j)) want += w0[row * SQ + j] / 0.7 * v[((b * H + h) * SQ + j) * SQ + d];
+          assert_near(out[row * SQ + d], want, TOL);
         }
 
   /* a sink's share is not dropped (the kept keys still sum to what they
