@@ -906,6 +906,28 @@ static int set_seed(struct cli *c, attnc_bindings *b)
   return 0;
 }
 
+/* run and grad's one line on stderr: what ran, on what, what it wrote to
+ * --out, how long. */
+static void report_wrote(const struct cli *c, const char *what, attnc_bindings *b, const char *const *names,
+                         const attnc_tensor *outs, int n_out, double ms)
+{
+  const attnc_gen *g = &b->k->gen;
+  const int64_t *dv = attnc_bindings_dims(b);
+  char line[2048];
+  int i, o;
+  size_t len = (size_t)snprintf(line, sizeof line, "attnc: %s %s (%s, %s)", what, g->name,
+                                attnc_kernel_backend(b->k) == ATTNC_BACKEND_CC ? "cc" : "tcc", c->plain ? "plain form" : "fast form");
+  for (i = 0; i < g->ndims && len < sizeof line; i++)
+    len += (size_t)snprintf(line + len, sizeof line - len, "%s%s=%lld", i ? " " : ", dims ", g->dim_names[i], (long long)dv[i]);
+  for (o = 0; o < n_out && len < sizeof line; o++) {
+    char shape[256];
+    attnc_bindings_shape_text(outs[o].shape, outs[o].rank, shape, sizeof shape);
+    len += (size_t)snprintf(line + len, sizeof line - len, "%s%s %s", o ? ", " : "; wrote ", names[o], shape);
+  }
+  if (len < sizeof line) snprintf(line + len, sizeof line - len, " to %s in %.2f ms", c->out, ms);
+  fprintf(stderr, "%s\n", line);
+}
+
 static int cmd_run(struct cli *c)
 {
   double ran_ms = 0;
@@ -996,22 +1018,7 @@ static int cmd_run(struct cli *c)
       outs[n_out++].data = next_len;
     }
     if (attnc_st_write(c->out, n_out, names, outs, &e) != ATTNC_OK) { print_error(&e); goto run_done; }
-    if (!c->quiet) { /* one line: what ran, on what, what it wrote, how long */
-      const attnc_gen *g = &b->k->gen;
-      const int64_t *dv = attnc_bindings_dims(b);
-      char line[1024];
-      size_t len = (size_t)snprintf(line, sizeof line, "attnc: ran %s (%s, %s)", g->name,
-                                    attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc", c->plain ? "plain form" : "fast form");
-      for (i = 0; i < g->ndims && len < sizeof line; i++)
-        len += (size_t)snprintf(line + len, sizeof line - len, "%s%s=%lld", i ? " " : ", dims ", g->dim_names[i], (long long)dv[i]);
-      for (o = 0; o < n_out && len < sizeof line; o++) {
-        char shape[256];
-        attnc_bindings_shape_text(outs[o].shape, outs[o].rank, shape, sizeof shape);
-        len += (size_t)snprintf(line + len, sizeof line - len, "%s%s %s", o ? ", " : "; wrote ", names[o], shape);
-      }
-      if (len < sizeof line) snprintf(line + len, sizeof line - len, " to %s in %.2f ms", c->out, ran_ms);
-      fprintf(stderr, "%s\n", line);
-    }
+    if (!c->quiet) report_wrote(c, "ran", b, names, outs, n_out, ran_ms);
     out.data = outs[0].data;
     outs[0].data = NULL;
   run_done:
@@ -1135,22 +1142,7 @@ static int cmd_grad(struct cli *c)
     }
   }
   if (attnc_st_write(c->out, (size_t)n_out, names, outs, &e) != ATTNC_OK) { print_error(&e); goto done; }
-  if (!c->quiet) {
-    const attnc_gen *g = &b->k->gen;
-    const int64_t *dv = attnc_bindings_dims(b);
-    char line[2048];
-    size_t len = (size_t)snprintf(line, sizeof line, "attnc: forward and backward of %s (%s, %s)", g->name,
-                                  attnc_kernel_backend(k) == ATTNC_BACKEND_CC ? "cc" : "tcc", c->plain ? "plain form" : "fast form");
-    for (i = 0; i < g->ndims && len < sizeof line; i++)
-      len += (size_t)snprintf(line + len, sizeof line - len, "%s%s=%lld", i ? " " : ", dims ", g->dim_names[i], (long long)dv[i]);
-    for (o = 0; o < n_out && len < sizeof line; o++) {
-      char shape[256];
-      attnc_bindings_shape_text(outs[o].shape, outs[o].rank, shape, sizeof shape);
-      len += (size_t)snprintf(line + len, sizeof line - len, "%s%s %s", o ? ", " : "; wrote ", names[o], shape);
-    }
-    if (len < sizeof line) snprintf(line + len, sizeof line - len, " to %s in %.2f ms", c->out, ms);
-    fprintf(stderr, "%s\n", line);
-  }
+  if (!c->quiet) report_wrote(c, "forward and backward of", b, names, outs, n_out, ms);
   rc = 0;
 done:
   for (o = 0; o < n_alloc; o++) free(outs[o].data);
