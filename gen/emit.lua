@@ -237,7 +237,9 @@ function M.emit(p, form)
     env.convert = convert_env(p, env, M.widened(p))
     env.dropout_c = p.dropout and render("dropout.c.tmpl", env) or ""
     source = render("plain.c.tmpl", env)
-    if p.train then source = source .. render("backward_common.c.tmpl", env) .. render("backward.c.tmpl", env) end
+    if p.train then
+      source = source .. render("backward_common.c.tmpl", env) .. render("backward.c.tmpl", env) .. render("backward_bytes.c.tmpl", env)
+    end
   else
     source = M.fast(p)
     if p.train then
@@ -249,7 +251,7 @@ function M.emit(p, form)
       env.bias_h_on, env.bias_i_on = p.bias_h and true or false, (p.bias_i and not p.global) and true or false
       env.use_prims = p.dtype ~= "f64"
       env.fast = true
-      source = source .. render("backward_common.c.tmpl", env) .. render("fast_backward.c.tmpl", env)
+      source = source .. render("backward_common.c.tmpl", env) .. render("fast_backward.c.tmpl", env) .. render("backward_bytes.c.tmpl", env)
     end
   end
   return source, M.header(p, form == "plain")
