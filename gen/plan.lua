@@ -256,16 +256,17 @@ function M.schedule(p)
   local k = {}
   -- the vectorised primitives compute in f32 (a bf16 or f16 kernel's too)
   k.prims = p.dtype ~= "f64"
-  -- the attend primitive takes no score modifier and writes no lse yet:
-  -- with any, attention runs in the C loops (the projections still use
-  -- the primitives), and the paths built around the primitive are off
-  k.attend = k.prims and not (p.softcap or p.alibi or p.sinks or p.lse or p.weights_out or p.dropout)
+  -- the attend primitive takes the softcap (tile.softcap), but no other
+  -- score modifier, and writes no lse: with those, attention runs in the
+  -- C loops (the projections still use the primitives), and the paths
+  -- built around the primitive are off
+  k.attend = k.prims and not (p.alibi or p.sinks or p.lse or p.weights_out or p.dropout)
   -- alibi, sinks and lse alone: the attend primitive runs as for a key
   -- split (o unnormalised, with each row's max and sum) and the kernel
   -- finishes the rows: the sink joins the sum, lse = m + log l; ALiBi's
   -- key term is a bias table (slope * key position) and its query term,
   -- constant along a row, moves to m (softmax does not see it)
-  k.finish = k.prims and not k.attend and not p.softcap and not p.weights_out and not p.dropout and not (p.alibi and p.has_bias)
+  k.finish = k.prims and not k.attend and not p.weights_out and not p.dropout and not (p.alibi and p.has_bias)
   -- a short query against many keys (decoding): split the keys, then combine
   -- (a bf16, f16 or int8 cache: each split widens its own keys, a chunk at a time; not with
   -- empty_rows=uniform, whose mean of v the combine would take from the widened keys)

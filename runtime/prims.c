@@ -165,6 +165,7 @@ void attnc_prims_attend_generic(const attnc_tile *t)
       if (t->mask && !t->mask[j * t->mask_j]) continue;
       for (d = 0; d < c; d++) s += q[d] * k[d];
       s *= t->scale;
+      if (t->softcap > 0) s = t->softcap * tanhf(s / t->softcap); /* before bias and masks */
       if (t->bias) s += t->bias[hh * t->bias_h + i * t->bias_i + j * t->bias_j];
       if (s != s && m == -INFINITY) m = s; /* a NaN score: the row is NaN, not empty */
       if (s > m) {

@@ -51,6 +51,18 @@ void attnc_prims_pack16(const float *w, long n_out, long n_in, float *packed);
 #define ATTNC_EXP2F_P4 8.9893424883e-03f
 #define ATTNC_EXP2F_P5 1.8775672652e-03f
 
+/* tanh for the softcap (s = cap * tanh(s / cap)) in the vector attends:
+ * below |x| = ATTNC_TANH_SMALL its Taylor series to x^11, x + x^3 (T3 +
+ * x^2 (T5 + x^2 (T7 + x^2 (T9 + x^2 T11)))), whose first omitted term is
+ * under 1e-8 of tanh there; above, (1 - e) / (1 + e) with e = e^(-2|x|)
+ * and x's sign, where 1 - e >= 0.46 loses no accuracy to cancellation. */
+#define ATTNC_TANH_SMALL 0.3125f
+#define ATTNC_TANH_T3 (-3.33333333333333333e-1f)
+#define ATTNC_TANH_T5 1.33333333333333333e-1f
+#define ATTNC_TANH_T7 (-5.39682539682539683e-2f)
+#define ATTNC_TANH_T9 2.18694885361552028e-2f
+#define ATTNC_TANH_T11 (-8.86323552990219657e-3f)
+
 /* shared by the implementations */
 void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                                 const float *b, float *y, long y_stride);

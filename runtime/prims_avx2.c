@@ -95,6 +95,30 @@ INLINE __m256 exp2_neg(__m256 x)
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+/* The softcap, cap * tanh(s / cap), inv = 1 / cap (ATTNC_TANH_* in
+ * prims.h): the Taylor series for small |s / cap|, else (1 - e) / (1 +
+ * e), e = e^(-2|s / cap|), divided by a reciprocal estimate refined by
+ * one Newton step, with the sign of s.  NaN stays NaN. */
+INLINE __m256 softcap256(__m256 s, float cap, float inv)
+{
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  const __m256 x = _mm256_mul_ps(s, _mm256_set1_ps(inv)), x2 = _mm256_mul_ps(x, x);
+  const __m256 a = _mm256_andnot_ps(sign, x);
+  const __m256 e = exp2_neg(_mm256_mul_ps(a, _mm256_set1_ps(-2.0f * ATTNC_LOG2E)));
+  const __m256 den = _mm256_add_ps(one, e);
+  __m256 y = _mm256_rcp_ps(den), big, p;
+  y = _mm256_mul_ps(y, _mm256_fnmadd_ps(den, y, _mm256_set1_ps(2.0f)));
+  big = _mm256_or_ps(_mm256_mul_ps(_mm256_sub_ps(one, e), y), _mm256_and_ps(x, sign));
+  p = _mm256_set1_ps(ATTNC_TANH_T11);
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(ATTNC_TANH_T9));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(ATTNC_TANH_T7));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(ATTNC_TANH_T5));
+  p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(ATTNC_TANH_T3));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(x, x2), p, x);
+  p = _mm256_blendv_ps(big, p, _mm256_cmp_ps(a, _mm256_set1_ps(ATTNC_TANH_SMALL), _CMP_LT_OQ));
+  return _mm256_mul_ps(_mm256_set1_ps(cap), p);
+}
+
 /* ---- linear: y = x W^T + b with W packed by attnc_prims_pack16 ---- */
 
 /* An MR x 16 block of y (half a panel) over kc inputs: 2*MR accumulators.
@@ -216,14 +240,15 @@ void attnc_prims_linear_heads_avx2(const float *x, long rows, long x_stride, lon
  * its neighbours, instead of in a pass of their own over the tile.
  * Starting at -m spares a load and a subtraction per score vector. */
 INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r8, const float *k, long k_stride,
-                       float *ST, float *MX, const float *BT, long bt_j, long live, const float *NM, float *TS)
+                       float *ST, float *MX, const float *BT, long bt_j, long live, const float *NM, float *TS,
+                       float cap, float cap_inv)
 {
   __m256 acc[4][3];
   const __m256 log2e = _mm256_set1_ps(ATTNC_LOG2E);
   long d;
   int j, u;
   for (u = 0; u < NQ; u++) {
-    const __m256 a0 = NM ? _mm256_load_ps(NM + u * 8) : _mm256_setzero_ps();
+    const __m256 a0 = NM && !(cap > 0) ? _mm256_load_ps(NM + u * 8) : _mm256_setzero_ps();
     for (j = 0; j < NJ; j++) acc[j][u] = a0;
   }
   for (d = 0; d < c; d++) {
@@ -237,6 +262,10 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
   for (u = 0; u < NQ; u++) {
     __m256 m = _mm256_load_ps(MX + u * 8);
     const long nl = live - u * 8;
+    if (cap > 0) { /* the softcap comes before the bias, and before -m (so the sums started at 0) */
+      const __m256 nm = NM ? _mm256_load_ps(NM + u * 8) : _mm256_setzero_ps();
+      for (j = 0; j < NJ; j++) acc[j][u] = _mm256_add_ps(softcap256(acc[j][u], cap, cap_inv), nm);
+    }
     for (j = 0; j < NJ; j++) {
       if (BT) {
         const float *bt = BT + j * bt_j + u * 8;
@@ -260,7 +289,8 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
 }
 
 static void qkT_tile(long nrv, long kt, long c, const float *QT, long r8, const float *k, long k_stride, float *ST,
-                     float *MX, const float *BT, long bt_j, long rows, const next_tile *nx, const float *NM, float *TS)
+                     float *MX, const float *BT, long bt_j, long rows, const next_tile *nx, const float *NM, float *TS,
+                     float cap, float cap_inv)
 {
   long rv0, jb;
   for (rv0 = 0; rv0 < r8; rv0 += 8) _mm256_store_ps(MX + rv0, _mm256_set1_ps(-INFINITY));
@@ -285,9 +315,9 @@ static void qkT_tile(long nrv, long kt, long c, const float *QT, long r8, const 
       }
 #define QK_NQ(NJ)                                                                      \
   switch (nr) {                                                                        \
-  case 3: qkT_kernel(NJ, 3, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break;   \
-  case 2: qkT_kernel(NJ, 2, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break;   \
-  default: qkT_kernel(NJ, 1, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break;  \
+  case 3: qkT_kernel(NJ, 3, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live, nm, ts, cap, cap_inv); break;   \
+  case 2: qkT_kernel(NJ, 2, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live, nm, ts, cap, cap_inv); break;   \
+  default: qkT_kernel(NJ, 1, c, qt, r8, kb, k_stride, st, mx, bt, bt_j, live, nm, ts, cap, cap_inv); break;  \
   }
       switch (nj) {
       case 4: QK_NQ(4) break;
@@ -335,7 +365,7 @@ INLINE void qkd_kernel(const int MR, const int NK, long nv, long tail, const flo
 /* Few rows (decoding, rows <= 8): ST[j][r], MX and the bias BT as
  * qkT_tile gives them, from dot products; padding lanes score 0. */
 static void qkd_tile(long rows, long kt, long nv, long tail, const float *Q, long cp, const float *k, long k_stride,
-                     float *ST, float *MX, const float *BT, long bt_j, const next_tile *nx)
+                     float *ST, float *MX, const float *BT, long bt_j, const next_tile *nx, float cap, float cap_inv)
 {
   const long nk = 8 / rows;
   const __m256 live = _mm256_castsi256_ps(lanes8(rows));
@@ -357,6 +387,7 @@ static void qkd_tile(long rows, long kt, long nv, long tail, const float *Q, lon
   }
   for (j = 0; j < kt; j++) {
     __m256 sv = _mm256_and_ps(_mm256_load_ps(ST + j * 8), live);
+    if (cap > 0) sv = softcap256(sv, cap, cap_inv);
     if (BT) sv = _mm256_fmadd_ps(load_n(BT + j * bt_j, rows), _mm256_set1_ps(ATTNC_LOG2E), sv);
     _mm256_store_ps(ST + j * 8, sv);
     mx = _mm256_max_ps(mx, sv);
@@ -578,6 +609,8 @@ static void attend_rows(const attnc_tile *t)
   const __m256 ninf = _mm256_set1_ps(-INFINITY), nan = _mm256_set1_ps(NAN), zero = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi32(-1);
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
+  /* 3b. the softcap in base 2: cap * log2(e) * tanh(s / (cap * log2(e))) */
+  const float cap2 = t->softcap > 0 ? t->softcap * ATTNC_LOG2E : 0.0f, cap2_inv = cap2 > 0 ? 1.0f / cap2 : 0.0f;
   /* up to 8 rows (decoding): q.k as dot products, each key loaded once
    * for all rows, instead of one broadcast per element */
   const int few = rows <= 8;
@@ -635,10 +668,10 @@ static void attend_rows(const attnc_tile *t)
     /* 4. scores (5. plus a bias laid out like them) */
     if (few)
       qkd_tile(rows, kt, nv, tail, QT, cp, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, &nx);
+               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, &nx, cap2, cap2_inv);
     else
       qkT_tile(nrv, kt, c, QT, r8, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx, stale ? A : NULL, TS);
+               bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx, stale ? A : NULL, TS, cap2, cap2_inv);
     if (stale) { /* MX holds the largest s - m */
       for (rv = 0; rv < nrv && stale; rv++)
         stale = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_load_ps(MX + rv * 8), _mm256_set1_ps(STALE_MAX), _CMP_LE_OQ)) == 0xff;
@@ -648,7 +681,7 @@ static void attend_rows(const attnc_tile *t)
       } else { /* a score grew too far past its row's max (or is not a number): the scores again */
         const next_tile none = { t->k, t->v, t->k_stride, t->v_stride, 0, c };
         qkT_tile(nrv, kt, c, QT, r8, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-                 bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &none, NULL, TS);
+                 bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &none, NULL, TS, cap2, cap2_inv);
       }
     }
     for (rv = 0; rv < nrv && !stale; rv++) {

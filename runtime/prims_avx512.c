@@ -89,6 +89,31 @@ INLINE __m512 exp512(__m512 x)
   return exp512_neg(_mm512_min_ps(_mm512_set1_ps(88.3f), x)); /* NaN in x passes through */
 }
 
+/* The softcap, cap * tanh(s / cap), inv = 1 / cap (ATTNC_TANH_* in
+ * prims.h): the Taylor series for small |s / cap|, else (1 - e) / (1 +
+ * e), e = e^(-2|s / cap|), divided by a reciprocal estimate refined by
+ * one Newton step.  NaN stays NaN; +-inf gives +-cap. */
+INLINE __m512 softcap512(__m512 s, float cap, float inv)
+{
+  const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  const __m512 x = _mm512_mul_ps(s, _mm512_set1_ps(inv)), x2 = _mm512_mul_ps(x, x);
+  const __m512 a = _mm512_max_ps(x, _mm512_sub_ps(zero, x)); /* |x| (NaN stays NaN) */
+  const __m512 e = exp2_512_neg(_mm512_mul_ps(a, _mm512_set1_ps(-2.0f * ATTNC_LOG2E)));
+  const __m512 den = _mm512_add_ps(one, e);
+  __m512 y = _mm512_rcp14_ps(den), big, p;
+  y = _mm512_mul_ps(y, _mm512_fnmadd_ps(den, y, _mm512_set1_ps(2.0f)));
+  big = _mm512_mul_ps(_mm512_sub_ps(one, e), y);
+  big = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), big, _mm512_sub_ps(zero, big));
+  p = _mm512_set1_ps(ATTNC_TANH_T11);
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(ATTNC_TANH_T9));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(ATTNC_TANH_T7));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(ATTNC_TANH_T5));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(ATTNC_TANH_T3));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(x, x2), p, x);
+  p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(ATTNC_TANH_SMALL), _CMP_LT_OQ), big, p);
+  return _mm512_mul_ps(_mm512_set1_ps(cap), p);
+}
+
 /* ---- linear: y = x W^T + b with W packed in panels of 32 outputs ---- */
 
 /* An MR x 32 block of y over kc inputs: 2*MR accumulators in registers.
@@ -481,6 +506,7 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
     /* every key of the tile is visible: no masking work */
     for (v = 0; v < 4; v++) {
       s[v] = _mm512_load_ps(srow + v * 16);
+      if (t->softcap > 0) s[v] = softcap512(s[v], t->softcap, 1.0f / t->softcap); /* 3b. softcap */
       mx = _mm512_max_ps(mx, s[v]);
       nan_lanes |= _mm512_cmp_ps_mask(s[v], s[v], _CMP_UNORD_Q);
     }
@@ -490,6 +516,7 @@ static void softmax_row(const attnc_tile *t, long r, long j0, long kt, float *sr
     __mmask16 ok = _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32((int)a), _MM_CMPINT_NLT) &
                    _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32((int)b), _MM_CMPINT_LE);
     s[v] = _mm512_load_ps(srow + v * 16);
+    if (t->softcap > 0) s[v] = softcap512(s[v], t->softcap, 1.0f / t->softcap); /* 3b. softcap, before bias and masks */
     if (ok && t->bias) {
       const float *brow = t->bias + hh * t->bias_h + i * t->bias_i + (j0 + v * 16) * t->bias_j;
       if (t->bias_j == 1) {
@@ -594,14 +621,15 @@ static void finish_rows(const attnc_tile *t, float *O, long cp, float *M, float 
  * probabilities 2^(s - m), taken from the registers, and TS[16*u ..]
  * their sums: no pass of its own over the tile for the softmax. */
 INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long r16, const float *k, long k_stride,
-                       float *ST, float *MX, const float *BT, long bt_j, long live, const float *NM, float *TS)
+                       float *ST, float *MX, const float *BT, long bt_j, long live, const float *NM, float *TS,
+                       float cap, float cap_inv)
 {
   __m512 acc[6][4];
   const __m512 log2e = _mm512_set1_ps(ATTNC_LOG2E);
   long d;
   int j, u;
   for (u = 0; u < NQ; u++) {
-    const __m512 a0 = NM ? _mm512_load_ps(NM + u * 16) : _mm512_setzero_ps();
+    const __m512 a0 = NM && !(cap > 0) ? _mm512_load_ps(NM + u * 16) : _mm512_setzero_ps();
     for (j = 0; j < NJ; j++) acc[j][u] = a0;
   }
   for (d = 0; d < c; d++) {
@@ -616,6 +644,10 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
     __m512 m = _mm512_load_ps(MX + u * 16);
     const __mmask16 lm = tail_mask(live - u * 16 < 0 ? 0 : live - u * 16);
     __m512 ts = NM ? _mm512_load_ps(TS + u * 16) : _mm512_setzero_ps();
+    if (cap > 0) { /* the softcap comes before the bias, and before -m (so the sums started at 0) */
+      const __m512 nm = NM ? _mm512_load_ps(NM + u * 16) : _mm512_setzero_ps();
+      for (j = 0; j < NJ; j++) acc[j][u] = _mm512_add_ps(softcap512(acc[j][u], cap, cap_inv), nm);
+    }
     for (j = 0; j < NJ; j++) {
       if (BT) acc[j][u] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(lm, BT + j * bt_j + u * 16), log2e, acc[j][u]);
       m = _mm512_max_ps(m, acc[j][u]);
@@ -638,7 +670,7 @@ INLINE void qkT_kernel(const int NJ, const int NQ, long c, const float *QT, long
  * more than the loads six keys save. */
 INLINE void qkT_tile_body(const int QKB, long nrv, long kt, long c, const float *QT, long r16, const float *k,
                           long k_stride, float *ST, float *MX, const float *BT, long bt_j, long rows, const next_tile *nx,
-                          const float *NM, float *TS)
+                          const float *NM, float *TS, float cap, float cap_inv)
 {
   long rv0, jb;
   for (rv0 = 0; rv0 < r16; rv0 += 16) _mm512_store_ps(MX + rv0, _mm512_set1_ps(-INFINITY));
@@ -661,10 +693,10 @@ INLINE void qkT_tile_body(const int QKB, long nrv, long kt, long c, const float 
       }
 #define QK_NQ(NJ)                                                         \
   switch (nr) {                                                           \
-  case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break; \
-  case 3: qkT_kernel(NJ, 3, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break; \
-  case 2: qkT_kernel(NJ, 2, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break; \
-  default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts); break; \
+  case 4: qkT_kernel(NJ, 4, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts, cap, cap_inv); break; \
+  case 3: qkT_kernel(NJ, 3, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts, cap, cap_inv); break; \
+  case 2: qkT_kernel(NJ, 2, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts, cap, cap_inv); break; \
+  default: qkT_kernel(NJ, 1, c, qt, r16, kb, k_stride, st, mx, bt, bt_j, live, nm, ts, cap, cap_inv); break; \
   }
       switch (nj) {
       case 6: QK_NQ(6) break;
@@ -680,14 +712,16 @@ INLINE void qkT_tile_body(const int QKB, long nrv, long kt, long c, const float 
 }
 
 static void qkT_tile4(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
-                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx, const float *NM, float *TS)
+                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx, const float *NM, float *TS,
+                      float cap, float cap_inv)
 {
-  qkT_tile_body(4, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx, NM, TS);
+  qkT_tile_body(4, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx, NM, TS, cap, cap_inv);
 }
 static void qkT_tile6(long nrv, long kt, long c, const float *QT, long r16, const float *k, long k_stride, float *ST,
-                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx, const float *NM, float *TS)
+                      float *MX, const float *BT, long bt_j, long rows, const next_tile *nx, const float *NM, float *TS,
+                      float cap, float cap_inv)
 {
-  qkT_tile_body(6, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx, NM, TS);
+  qkT_tile_body(6, nrv, kt, c, QT, r16, k, k_stride, ST, MX, BT, bt_j, rows, nx, NM, TS, cap, cap_inv);
 }
 
 /* r[0..15] (16 floats each) -> its transpose, in registers. */
@@ -753,6 +787,8 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
   const __mmask16 last = whole ? (__mmask16)0xFFFF : tail_mask(c - (nv - 1) * 16);
   const __m512 ninf = _mm512_set1_ps(-INFINITY), nan = _mm512_set1_ps(NAN);
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
+  /* 3b. the softcap in base 2: cap * log2(e) * tanh(s / (cap * log2(e))) */
+  const float cap2 = t->softcap > 0 ? t->softcap * ATTNC_LOG2E : 0.0f, cap2_inv = cap2 > 0 ? 1.0f / cap2 : 0.0f;
   long r, d, rv, j, j0, jmin, jmax, lo_max, hi_min;
   int m_finite = 0; /* every lane's running max is a number (not -inf, not NaN) */
 
@@ -806,7 +842,7 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
       for (rv = 0; rv < nrv; rv++) _mm512_store_ps(A + rv * 16, _mm512_sub_ps(_mm512_setzero_ps(), _mm512_load_ps(M + rv * 16)));
     /* 4. scores (5. plus a bias laid out like them, rows contiguous) */
     (narrow ? qkT_tile4 : qkT_tile6)(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-             bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx, stale ? A : NULL, TS);
+             bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx, stale ? A : NULL, TS, cap2, cap2_inv);
     if (stale) { /* MX holds the largest s - m */
       for (rv = 0; rv < nrv && stale; rv++)
         stale = _mm512_cmp_ps_mask(_mm512_load_ps(MX + rv * 16), _mm512_set1_ps(STALE_MAX), _CMP_LE_OQ) == 0xFFFF;
@@ -816,7 +852,7 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
       } else { /* a score grew too far past its row's max (or is not a number): the scores again */
         const next_tile none = { t->k, t->v, t->k_stride, t->v_stride, 0, c };
         (narrow ? qkT_tile4 : qkT_tile6)(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
-                 bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &none, NULL, TS);
+                 bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &none, NULL, TS, cap2, cap2_inv);
       }
     }
     for (rv = 0; rv < nrv && !stale; rv++) {

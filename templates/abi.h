@@ -70,9 +70,10 @@ typedef struct attnc_tile {
   int empty_rows;       /* enum attnc_empty_rows (uniform: the mean of v over all nk keys) */
   float *m_out, *l_out; /* non-NULL: write unnormalised o with row max m and sum l (a key split) */
   float *work;          /* attend_work(rows, c) floats, 64-byte aligned */
-  /* score modifiers and the lse output (the C loops take them; a spec
-   * that has any runs its attention without the attend primitive) */
-  float softcap;        /* > 0: s = softcap * tanh(s / softcap), after the scale */
+  /* score modifiers and the lse output: the attend primitives take the
+   * softcap; a spec with any of the rest runs its attention in the C loops,
+   * or finishes the primitive's key-split rows itself (gen/plan.lua) */
+  float softcap;        /* > 0: s = softcap * tanh(s / softcap), after the scale, before bias and masks */
   const float *slope;   /* ALiBi: head hh adds slope[hh] * (j - (i + pos_off)); or NULL */
   long pos_off;         /* query position i + pos_off, key position j (without q_pos, k_pos) */
   const long long *qpos, *kpos; /* explicit positions of this batch element's queries and keys, or NULL */

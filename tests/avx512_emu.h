@@ -298,6 +298,14 @@ EMU emu_m512 emu_shuffle_f32x4(emu_m512 a, emu_m512 b, int imm)
   return r;
 }
 
+/* a reciprocal within 2^-14 relative error: the model gives the exact one */
+EMU emu_m512 emu_rcp14_ps(emu_m512 a)
+{
+  emu_m512 r;
+  EMU_EACH r.f[l] = 1.0f / a.f[l];
+  return r;
+}
+
 #undef EMU_BINARY
 
 EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
@@ -329,6 +337,7 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #undef _mm512_sub_ps
 #undef _mm512_mul_ps
 #undef _mm512_div_ps
+#undef _mm512_rcp14_ps
 #undef _mm512_max_ps
 #undef _mm512_min_ps
 #undef _mm512_fmadd_ps
@@ -371,6 +380,7 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #define _mm512_sub_ps emu_sub_ps
 #define _mm512_mul_ps emu_mul_ps
 #define _mm512_div_ps emu_div_ps
+#define _mm512_rcp14_ps emu_rcp14_ps
 #define _mm512_max_ps emu_max_ps
 #define _mm512_min_ps emu_min_ps
 #define _mm512_fmadd_ps emu_fmadd_ps

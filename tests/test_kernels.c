@@ -357,9 +357,11 @@ static void test_kernels_fast_form_decides(void **s)
     { "alphafold x=1,S,64 heads=2 head_dim=16 bias=2,S,S", "transpose_bias", 0 }, /* one element: no transposed copy */
     { "mha mode=core q=B,S,4,16 layout=bshc", "sc->k_t", 1 },              /* bshc: k and v copied head by head */
     { "mha mode=core q=1,1,32,16 kv=1,S,8,16 layout=bshc", "k_t", 0 },     /* a decoding step reads them as they are */
-    /* score modifiers and lse: attention in the C loops, projections on the primitives */
-    { "mha x=B,S,64 heads=4 softcap=30", "P->attend", 0 },
-    { "mha x=B,S,64 heads=4 softcap=30", "attend_finish", 0 },  /* the primitive takes no softcap yet */
+    /* score modifiers and lse: the softcap in the attend primitive; the
+     * rest in the C loops or rows finished after it; projections on the primitives */
+    { "mha x=B,S,64 heads=4 softcap=30", "P->attend", 1 },
+    { "mha x=B,S,64 heads=4 softcap=30", "attend_finish", 0 },  /* the primitive takes the softcap: no rows to finish */
+    { "mha x=B,S,64 heads=4 softcap=30 sinks", "attend_finish", 1 },
     { "mha mode=core q=B,4,S,16 alibi sinks lse", "attend_finish", 1 }, /* the primitive, then the rows finished */
     { "mha x=B,S,64 heads=4 alibi bias=B,4,S,S", "attend_finish", 0 }, /* ALiBi's table would replace the bias */
     { "mha x=B,S,64 heads=4 softcap=30", "P->linear", 1 },

@@ -207,6 +207,7 @@ struct case_ {
   int bias, mask, empty;
   long splits;
   int ramp; /* 1: keys from 64 on 4 times as long; 2: key j (1 + j / 32) times as long */
+  float cap; /* > 0: the softcap, s = cap * tanh(s / cap) before the bias */
 };
 
 /* Double-precision attention of one tile (same visibility rules). */
@@ -223,7 +224,9 @@ static void ref_tile(const attnc_tile *t, double *out)
       double s = 0;
       if (t->mask && !t->mask[j * t->mask_j]) continue;
       for (d = 0; d < t->c; d++) s += (double)q[d] * t->k[j * t->k_stride + d];
-      s = s * t->scale + (t->bias ? t->bias[hh * t->bias_h + i * t->bias_i + j * t->bias_j] : 0);
+      s *= t->scale;
+      if (t->softcap > 0) s = t->softcap * tanh(s / t->softcap);
+      s += t->bias ? t->bias[hh * t->bias_h + i * t->bias_i + j * t->bias_j] : 0;
       if (s > m) m = s;
     }
     for (d = 0; d < t->c; d++) o[d] = 0;
@@ -239,7 +242,9 @@ static void ref_tile(const attnc_tile *t, double *out)
       double s = 0, p;
       if (t->mask && !t->mask[j * t->mask_j]) continue;
       for (d = 0; d < t->c; d++) s += (double)q[d] * t->k[j * t->k_stride + d];
-      s = s * t->scale + (t->bias ? t->bias[hh * t->bias_h + i * t->bias_i + j * t->bias_j] : 0);
+      s *= t->scale;
+      if (t->softcap > 0) s = t->softcap * tanh(s / t->softcap);
+      s += t->bias ? t->bias[hh * t->bias_h + i * t->bias_i + j * t->bias_j] : 0;
       p = exp(s - m);
       l += p;
       for (d = 0; d < t->c; d++) o[d] += p * t->v[j * t->v_stride + d];
@@ -281,6 +286,7 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
   t.o = o; t.o_stride = cs->group * c; t.o_hstride = c;
   t.rows = rows; t.i0 = cs->i0; t.c = c; t.nk = nk; t.k_begin = 0; t.k_end = nk;
   t.scale = 0.3f;
+  t.softcap = cs->cap;
   if (cs->bias && key_bias == 2) { t.bias = bias; t.bias_h = ld * nk; t.bias_i = 1; t.bias_j = ld; }
   else if (cs->bias) { t.bias = bias; t.bias_h = (cs->i0 + npos) * nk; t.bias_i = nk; t.bias_j = key_bias ? 1 : 0; }
   if (cs->mask) { t.mask = mask; t.mask_j = 1; }
@@ -319,9 +325,9 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
       if (e > worst) worst = e;
     }
   if (worst > 1)
-    fprintf(stderr, "attend [%s%s] rows=%ld group=%ld c=%ld nk=%ld i0=%ld lo=%d:%ld hi=%d:%ld bias=%d mask=%d empty=%d splits=%ld: error %.3g of tolerance%s\n",
+    fprintf(stderr, "attend [%s%s] rows=%ld group=%ld c=%ld nk=%ld i0=%ld lo=%d:%ld hi=%d:%ld bias=%d mask=%d empty=%d splits=%ld cap=%g: error %.3g of tolerance%s\n",
             isa, key_bias == 2 ? " bias_i=1" : key_bias ? "" : " bias_j=0", rows, cs->group, c, nk, cs->i0, cs->has_lo, cs->lo_off, cs->has_hi, cs->hi_off, cs->bias, cs->mask, cs->empty,
-            cs->splits, worst, invalid ? " (raised the invalid-operation flag)" : "");
+            cs->splits, cs->cap, worst, invalid ? " (raised the invalid-operation flag)" : "");
   free(q); free(k); free(v); free(bias); free(o); free(part); free(mask); free(want); free(work);
   return worst <= 1;
 }
@@ -329,34 +335,43 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
 static void test_prims_attend(void **state)
 {
   static const struct case_ cases[] = {
-    { 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0 },
-    { 7, 1, 16, 33, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0 },     /* causal */
-    { 64, 1, 64, 200, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0 },   /* bias + mask, several key tiles */
-    { 64, 4, 64, 130, 5, 1, 1, -3, 2, 1, 1, 1, 1, 0 },  /* GQA group, window, uniform empties */
-    { 30, 2, 24, 65, 40, 0, 1, 0, 25, 0, 1, 2, 1, 0 },  /* c not a multiple of 16, bottom-right offsets */
-    { 33, 1, 130, 70, 0, 1, 1, -2, 1, 1, 1, 2, 1, 0 },  /* c > 128 */
-    { 8, 8, 128, 4096, 0, 0, 0, 0, 0, 0, 1, 0, 8, 0 },  /* decode with key splits */
-    { 4, 4, 64, 1500, 0, 0, 1, 0, 1400, 1, 1, 1, 3, 0 },/* splits with a causal end */
-    { 6, 2, 40, 131, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },   /* decode: rows 4 + 2, keys in 4s + 3, c = 16k + 8 */
-    { 3, 1, 20, 66, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0 },    /* decode: 3 rows, keys in 4s + 2 */
-    { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 2, 1, 0 },  /* every row empty: NaN */
-    { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 1, 4, 0 },  /* every row empty, split: uniform */
-    { 11, 1, 40, 77, 3, 1, 1, -5, 0, 1, 1, 0, 1, 0 },   /* rows in one partial vector, causal window */
-    { 256, 4, 64, 150, 0, 0, 1, 0, 20, 1, 1, 1, 1, 0 }, /* GQA: 16 row vectors, bottom-right causal */
-    { 80, 8, 16, 64, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },    /* 5 row vectors of narrow heads */
-    { 45, 1, 19, 140, 0, 0, 1, 0, 3, 0, 0, 0, 1, 0 },   /* c = 4k + 3, rows in 6 vectors (AVX2 p.v blocks) */
+    { 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0 },
+    { 7, 1, 16, 33, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0 },     /* causal */
+    { 64, 1, 64, 200, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 0 },   /* bias + mask, several key tiles */
+    { 64, 4, 64, 130, 5, 1, 1, -3, 2, 1, 1, 1, 1, 0, 0 },  /* GQA group, window, uniform empties */
+    { 30, 2, 24, 65, 40, 0, 1, 0, 25, 0, 1, 2, 1, 0, 0 },  /* c not a multiple of 16, bottom-right offsets */
+    { 33, 1, 130, 70, 0, 1, 1, -2, 1, 1, 1, 2, 1, 0, 0 },  /* c > 128 */
+    { 8, 8, 128, 4096, 0, 0, 0, 0, 0, 0, 1, 0, 8, 0, 0 },  /* decode with key splits */
+    { 4, 4, 64, 1500, 0, 0, 1, 0, 1400, 1, 1, 1, 3, 0, 0 },/* splits with a causal end */
+    { 6, 2, 40, 131, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0 },   /* decode: rows 4 + 2, keys in 4s + 3, c = 16k + 8 */
+    { 3, 1, 20, 66, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0 },    /* decode: 3 rows, keys in 4s + 2 */
+    { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 2, 1, 0, 0 },  /* every row empty: NaN */
+    { 16, 1, 32, 50, 0, 1, 1, 60, 70, 0, 0, 1, 4, 0, 0 },  /* every row empty, split: uniform */
+    { 11, 1, 40, 77, 3, 1, 1, -5, 0, 1, 1, 0, 1, 0, 0 },   /* rows in one partial vector, causal window */
+    { 256, 4, 64, 150, 0, 0, 1, 0, 20, 1, 1, 1, 1, 0, 0 }, /* GQA: 16 row vectors, bottom-right causal */
+    { 80, 8, 16, 64, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0 },    /* 5 row vectors of narrow heads */
+    { 45, 1, 19, 140, 0, 0, 1, 0, 3, 0, 0, 0, 1, 0, 0 },   /* c = 4k + 3, rows in 6 vectors (AVX2 p.v blocks) */
     /* no mask (and a bias laid out like the scores, or none): the AVX2
      * kernel's stale max (STALE_MAX) after the first key tile, and the
      * AVX-512 kernel's for heads wider than 32 */
-    { 64, 1, 64, 300, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },
-    { 24, 2, 32, 600, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0 }, /* and key splits */
-    { 24, 2, 64, 600, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0 }, /* the same for the AVX-512 kernel's, wide heads only */
-    { 40, 1, 64, 260, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1 }, /* scores jump at the second tile: scored again */
-    { 64, 1, 48, 330, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2 }, /* scores keep growing */
+    { 64, 1, 64, 300, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0 },
+    { 24, 2, 32, 600, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0 }, /* and key splits */
+    { 24, 2, 64, 600, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0 }, /* the same for the AVX-512 kernel's, wide heads only */
+    { 40, 1, 64, 260, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0 }, /* scores jump at the second tile: scored again */
+    { 64, 1, 48, 330, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 0 }, /* scores keep growing */
     /* wide heads, whose AVX-512 q.k takes 6 keys a block: a last key
      * tile of 11 keys (6 + 5) and of 9 (6 + 3) */
-    { 24, 1, 64, 75, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0 },
-    { 17, 1, 96, 73, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0 },
+    { 24, 1, 64, 75, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0 },
+    { 17, 1, 96, 73, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0 },
+    /* the softcap, with scores of a few units against caps that put
+     * s / cap on both sides of ATTNC_TANH_SMALL (both ways to tanh) */
+    { 64, 1, 64, 200, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 2.0f },  /* bias + mask, several key tiles */
+    { 40, 1, 64, 300, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 3.0f },  /* nothing masked: the stale max */
+    { 40, 1, 64, 260, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 4.0f },  /* scores jump at the second tile */
+    { 24, 2, 32, 600, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 1.0f },  /* narrow heads, key splits */
+    { 33, 1, 130, 70, 0, 1, 1, -2, 1, 1, 1, 2, 1, 0, 1.5f }, /* c > 128, window, NaN empties */
+    { 6, 2, 40, 131, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0.7f },   /* decode */
+    { 3, 1, 20, 66, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 5.0f },    /* decode, a mask */
   };
   size_t i;
   int fails = 0, kb;
