@@ -96,26 +96,30 @@ INLINE __m256 exp2_neg(__m256 x)
 }
 
 /* The softcap, cap * tanh(s / cap), inv = 1 / cap (ATTNC_TANH_* in
- * prims.h): the Taylor series for small |s / cap|, else (1 - e) / (1 +
- * e), e = e^(-2|s / cap|), divided by a reciprocal estimate refined by
- * one Newton step, with the sign of s.  NaN stays NaN. */
+ * prims.h): the Taylor series for small |s / cap|, and where any lane is
+ * past it (1 - e) / (1 + e), e = e^(-2|s / cap|), divided by a reciprocal
+ * estimate refined by one Newton step, with the sign of s.  NaN stays
+ * NaN. */
 INLINE __m256 softcap256(__m256 s, float cap, float inv)
 {
-  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 x = _mm256_mul_ps(s, _mm256_set1_ps(inv)), x2 = _mm256_mul_ps(x, x);
   const __m256 a = _mm256_andnot_ps(sign, x);
-  const __m256 e = exp2_neg(_mm256_mul_ps(a, _mm256_set1_ps(-2.0f * ATTNC_LOG2E)));
-  const __m256 den = _mm256_add_ps(one, e);
-  __m256 y = _mm256_rcp_ps(den), big, p;
-  y = _mm256_mul_ps(y, _mm256_fnmadd_ps(den, y, _mm256_set1_ps(2.0f)));
-  big = _mm256_or_ps(_mm256_mul_ps(_mm256_sub_ps(one, e), y), _mm256_and_ps(x, sign));
-  p = _mm256_set1_ps(ATTNC_TANH_T11);
+  const __m256 big = _mm256_cmp_ps(a, _mm256_set1_ps(ATTNC_TANH_SMALL), _CMP_NLT_UQ); /* and NaN */
+  __m256 p = _mm256_set1_ps(ATTNC_TANH_T11);
   p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(ATTNC_TANH_T9));
   p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(ATTNC_TANH_T7));
   p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(ATTNC_TANH_T5));
   p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(ATTNC_TANH_T3));
   p = _mm256_fmadd_ps(_mm256_mul_ps(x, x2), p, x);
-  p = _mm256_blendv_ps(big, p, _mm256_cmp_ps(a, _mm256_set1_ps(ATTNC_TANH_SMALL), _CMP_LT_OQ));
+  if (_mm256_movemask_ps(big)) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 e = exp2_neg(_mm256_mul_ps(a, _mm256_set1_ps(-2.0f * ATTNC_LOG2E)));
+    const __m256 den = _mm256_add_ps(one, e);
+    __m256 y = _mm256_rcp_ps(den);
+    y = _mm256_mul_ps(y, _mm256_fnmadd_ps(den, y, _mm256_set1_ps(2.0f)));
+    p = _mm256_blendv_ps(p, _mm256_or_ps(_mm256_mul_ps(_mm256_sub_ps(one, e), y), _mm256_and_ps(x, sign)), big);
+  }
   return _mm256_mul_ps(_mm256_set1_ps(cap), p);
 }
 

@@ -90,27 +90,33 @@ INLINE __m512 exp512(__m512 x)
 }
 
 /* The softcap, cap * tanh(s / cap), inv = 1 / cap (ATTNC_TANH_* in
- * prims.h): the Taylor series for small |s / cap|, else (1 - e) / (1 +
- * e), e = e^(-2|s / cap|), divided by a reciprocal estimate refined by
- * one Newton step.  NaN stays NaN; +-inf gives +-cap. */
+ * prims.h): the Taylor series for small |s / cap|, and where any lane is
+ * past it (1 - e) / (1 + e), e = e^(-2|s / cap|), divided by a reciprocal
+ * estimate refined by one Newton step.  With a cap well above the
+ * logits (Gemma 2's 50) every lane is small, and the series is all.  NaN
+ * stays NaN; +-inf gives +-cap. */
 INLINE __m512 softcap512(__m512 s, float cap, float inv)
 {
-  const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  const __m512 zero = _mm512_setzero_ps();
   const __m512 x = _mm512_mul_ps(s, _mm512_set1_ps(inv)), x2 = _mm512_mul_ps(x, x);
   const __m512 a = _mm512_max_ps(x, _mm512_sub_ps(zero, x)); /* |x| (NaN stays NaN) */
-  const __m512 e = exp2_512_neg(_mm512_mul_ps(a, _mm512_set1_ps(-2.0f * ATTNC_LOG2E)));
-  const __m512 den = _mm512_add_ps(one, e);
-  __m512 y = _mm512_rcp14_ps(den), big, p;
-  y = _mm512_mul_ps(y, _mm512_fnmadd_ps(den, y, _mm512_set1_ps(2.0f)));
-  big = _mm512_mul_ps(_mm512_sub_ps(one, e), y);
-  big = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), big, _mm512_sub_ps(zero, big));
-  p = _mm512_set1_ps(ATTNC_TANH_T11);
+  const __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(ATTNC_TANH_SMALL), _CMP_NLT_UQ); /* and NaN */
+  __m512 p = _mm512_set1_ps(ATTNC_TANH_T11);
   p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(ATTNC_TANH_T9));
   p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(ATTNC_TANH_T7));
   p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(ATTNC_TANH_T5));
   p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(ATTNC_TANH_T3));
   p = _mm512_fmadd_ps(_mm512_mul_ps(x, x2), p, x);
-  p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(ATTNC_TANH_SMALL), _CMP_LT_OQ), big, p);
+  if (big) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 e = exp2_512_neg(_mm512_mul_ps(a, _mm512_set1_ps(-2.0f * ATTNC_LOG2E)));
+    const __m512 den = _mm512_add_ps(one, e);
+    __m512 y = _mm512_rcp14_ps(den), t;
+    y = _mm512_mul_ps(y, _mm512_fnmadd_ps(den, y, _mm512_set1_ps(2.0f)));
+    t = _mm512_mul_ps(_mm512_sub_ps(one, e), y);
+    t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), t, _mm512_sub_ps(zero, t));
+    p = _mm512_mask_blend_ps(big, p, t);
+  }
   return _mm512_mul_ps(_mm512_set1_ps(cap), p);
 }
 
