@@ -233,6 +233,62 @@ void attnc_prims_linear_heads_generic(const float *x, long rows, long x_stride, 
   }
 }
 
+long attnc_prims_pack_q8_size(long n_out, long n_in)
+{
+  return (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR * ATTNC_Q8_PANEL(n_in);
+}
+
+void attnc_prims_pack_q8(const signed char *q, const float *scale, long n_out, long n_in, void *packed)
+{
+  long p, k, j, panels = (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR;
+  for (p = 0; p < panels; p++) {
+    unsigned char *panel = (unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in);
+    float sc[ATTNC_PACK_NR];
+    signed char *w = (signed char *)(panel + sizeof sc);
+    for (j = 0; j < ATTNC_PACK_NR; j++) sc[j] = p * ATTNC_PACK_NR + j < n_out ? scale[p * ATTNC_PACK_NR + j] : 0.0f;
+    memcpy(panel, sc, sizeof sc);
+    for (k = 0; k < n_in; k++)
+      for (j = 0; j < ATTNC_PACK_NR; j++) {
+        const long n = p * ATTNC_PACK_NR + j;
+        w[k * ATTNC_PACK_NR + j] = n < n_out ? q[n * n_in + k] : 0;
+      }
+  }
+}
+
+/* One output at a time: (sum_k x[k] q[n][k]) * scale[n] + b[n], summed
+ * in float. */
+void attnc_prims_linear_q8_generic(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                   const float *b, float *y, long y_stride)
+{
+  long r, n, k;
+  for (n = 0; n < n_out; n++) {
+    const unsigned char *panel = (const unsigned char *)packed + n / ATTNC_PACK_NR * ATTNC_Q8_PANEL(n_in);
+    const signed char *w = (const signed char *)(panel + ATTNC_PACK_NR * sizeof(float)) + n % ATTNC_PACK_NR;
+    float scale;
+    memcpy(&scale, panel + n % ATTNC_PACK_NR * sizeof(float), sizeof scale);
+    for (r = 0; r < rows; r++) {
+      const float *xr = x + r * x_stride;
+      float acc = 0;
+      for (k = 0; k < n_in; k++) acc += xr[k] * (float)w[k * ATTNC_PACK_NR];
+      y[r * y_stride + n] = acc * scale + (b ? b[n] : 0.0f);
+    }
+  }
+}
+
+/* One linear_q8 per head the columns span (as linear_heads_generic). */
+void attnc_prims_linear_heads_q8(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                 const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
+{
+  const attnc_prims *P = attnc_prims_get();
+  long n = 0;
+  while (n < n_out) { /* the columns of one head: whole panels, since col0 and head_w are */
+    const long a = col0 + n, d = a % head_w, w = n_out - n < head_w - d ? n_out - n : head_w - d;
+    P->linear_q8(x, rows, x_stride, n_in, (const unsigned char *)packed + n / ATTNC_PACK_NR * ATTNC_Q8_PANEL(n_in), w,
+                 b ? b + n : NULL, y + a / head_w * head_stride + d, y_stride);
+    n += w;
+  }
+}
+
 static attnc_prims table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
@@ -249,6 +305,8 @@ static void choose(void)
   table.sigmoid_mul = attnc_prims_sigmoid_mul_generic;
   table.pack_size = attnc_prims_pack_size;
   table.pack = attnc_prims_pack;
+  table.linear_q8 = attnc_prims_linear_q8_generic;
+  table.linear_heads_q8 = attnc_prims_linear_heads_q8;
 #if defined(__x86_64__) && defined(__GNUC__)
   /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
   const int generic_only = force && strcmp(force, "generic") == 0;
@@ -266,12 +324,14 @@ static void choose(void)
     table.isa = "avx512";
     table.linear = attnc_prims_linear_avx512;
     table.linear_heads = attnc_prims_linear_heads_avx512;
+    table.linear_q8 = attnc_prims_linear_q8_avx512;
     table.attend = attnc_prims_attend_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
   } else if (!generic_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     table.isa = "avx2";
     table.linear = attnc_prims_linear_avx2;
     table.linear_heads = attnc_prims_linear_heads_avx2;
+    table.linear_q8 = attnc_prims_linear_q8_avx2;
     table.attend = attnc_prims_attend_avx2;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
   }

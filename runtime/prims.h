@@ -63,6 +63,17 @@ void attnc_prims_pack16(const float *w, long n_out, long n_in, float *packed);
 #define ATTNC_TANH_T9 2.18694885361552028e-2f
 #define ATTNC_TANH_T11 (-8.86323552990219657e-3f)
 
+/* Bytes of an (n_out, n_in) int8 weight packed for linear_q8, and the
+ * packing: q (n_out, n_in) I8, scale (n_out) F32, into panels as
+ * attnc_prims.linear_q8 says (templates/abi.h), 64-byte aligned. */
+long attnc_prims_pack_q8_size(long n_out, long n_in);
+void attnc_prims_pack_q8(const signed char *q, const float *scale, long n_out, long n_in, void *packed);
+/* linear_heads_q8 for every ISA: one linear_q8 per head the columns span */
+void attnc_prims_linear_heads_q8(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                 const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
+void attnc_prims_linear_q8_generic(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                   const float *b, float *y, long y_stride);
+
 /* shared by the implementations */
 void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                                 const float *b, float *y, long y_stride);
@@ -132,6 +143,10 @@ void attnc_prims_linear_heads_avx512(const float *x, long rows, long x_stride, l
                                      long head_stride);
 void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                              const float *b, float *y, long y_stride);
+void attnc_prims_linear_q8_avx512(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                  const float *b, float *y, long y_stride);
+void attnc_prims_linear_q8_avx2(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                const float *b, float *y, long y_stride);
 void attnc_prims_attend_avx2(const attnc_tile *t);
 void attnc_prims_sigmoid_mul_avx2(const float *g, float *o, long n);
 void attnc_prims_linear_heads_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed,

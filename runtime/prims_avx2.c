@@ -223,6 +223,72 @@ void attnc_prims_linear_heads_avx2(const float *x, long rows, long x_stride, lon
   linear_cols(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
 }
 
+/* ---- linear over int8 weights kept int8 (attnc_prims_pack_q8) ----
+ * Each k's 16 int8 weights of a half panel widened to f32 in registers;
+ * the row's scale multiplies the sums at the end. */
+INLINE void lin_q8_kernel(const int MR, long n_in, const float *a, long lda, const signed char *wq, const float *scale,
+                          float *c, long ldc, const float *bias, long nv)
+{
+  __m256 acc0[6], acc1[6];
+  long k, n;
+  int i;
+  for (i = 0; i < MR; i++) {
+    acc0[i] = _mm256_setzero_ps();
+    acc1[i] = _mm256_setzero_ps();
+  }
+  for (k = 0; k < n_in; k++) {
+    const signed char *w = wq + k * NR;
+    const __m256 b0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
+    const __m256 b1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + 8))));
+    for (i = 0; i < MR; i++) {
+      const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
+      acc0[i] = _mm256_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm256_fmadd_ps(ai, b1, acc1[i]);
+    }
+  }
+  {
+    float tmp[6][16];
+    for (i = 0; i < MR; i++) {
+      _mm256_storeu_ps(tmp[i], _mm256_mul_ps(acc0[i], _mm256_loadu_ps(scale)));
+      _mm256_storeu_ps(tmp[i] + 8, _mm256_mul_ps(acc1[i], _mm256_loadu_ps(scale + 8)));
+    }
+    for (i = 0; i < MR; i++)
+      for (n = 0; n < (nv < 16 ? nv : 16); n++) c[i * ldc + n] = tmp[i][n] + (bias ? bias[n] : 0.0f);
+  }
+}
+
+void attnc_prims_linear_q8_avx2(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                const float *b, float *y, long y_stride)
+{
+  const long panels = (n_out + NR - 1) / NR, nblk = (rows + 5) / 6, npass = (nblk + MC / 6 - 1) / (MC / 6);
+  long pass, p, h, bk;
+  for (pass = 0; pass < npass; pass++) {
+    const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
+    for (p = 0; p < panels; p++)
+      for (h = 0; h < NR; h += 16) {
+        const unsigned char *panel = (const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in);
+        const float *scale = (const float *)panel + h;
+        const signed char *wq = (const signed char *)(panel + NR * sizeof(float)) + h;
+        const long nv = n_out - p * NR - h;
+        const float *bias = b ? b + p * NR + h : NULL;
+        if (nv <= 0) break;
+        for (bk = b0; bk < b1; bk++) {
+          const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
+          const float *a = x + r0 * x_stride;
+          float *c = y + r0 * y_stride + p * NR + h;
+          switch (mr) {
+          case 6: lin_q8_kernel(6, n_in, a, x_stride, wq, scale, c, y_stride, bias, nv); break;
+          case 5: lin_q8_kernel(5, n_in, a, x_stride, wq, scale, c, y_stride, bias, nv); break;
+          case 4: lin_q8_kernel(4, n_in, a, x_stride, wq, scale, c, y_stride, bias, nv); break;
+          case 3: lin_q8_kernel(3, n_in, a, x_stride, wq, scale, c, y_stride, bias, nv); break;
+          case 2: lin_q8_kernel(2, n_in, a, x_stride, wq, scale, c, y_stride, bias, nv); break;
+          default: lin_q8_kernel(1, n_in, a, x_stride, wq, scale, c, y_stride, bias, nv); break;
+          }
+        }
+      }
+  }
+}
+
 /* ---- attention with query rows across the lanes ----
  *
  * As in prims_avx512.c: the scores of a key tile are kept transposed,

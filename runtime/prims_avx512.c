@@ -276,6 +276,81 @@ void attnc_prims_linear_heads_avx512(const float *x, long rows, long x_stride, l
   linear_cols(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
 }
 
+/* ---- linear over int8 weights kept int8 (attnc_prims_pack_q8) ----
+ *
+ * Each k's 32 int8 weights are widened to f32 in registers (two
+ * sign-extending loads, two conversions) and meet x as the f32 kernel's
+ * panels do; the row's scale multiplies the sums once, at the end.  A
+ * projection of few rows (decoding) is bound by the weights' bytes, a
+ * quarter of f32's; one of many rows by the FMAs, with the conversions
+ * on top. */
+INLINE void lin_q8_kernel(const int MR, long n_in, const float *a, long lda, const signed char *wq, const float *scale,
+                          float *c, long ldc, const float *bias, __mmask16 m0, __mmask16 m1)
+{
+  __m512 acc0[14], acc1[14];
+  const float *a3[5]; /* row i at a3[i / 3] + i % 3 rows, as lin_kernel */
+  long k;
+  int i;
+  for (i = 0; i < 5; i++) a3[i] = a + 3 * i * lda;
+  for (i = 0; i < MR; i++) {
+    acc0[i] = _mm512_setzero_ps();
+    acc1[i] = _mm512_setzero_ps();
+  }
+  for (k = 0; k < n_in; k++) {
+    const signed char *w = wq + k * NR;
+    const __m512 b0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w)));
+    const __m512 b1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 16))));
+    for (i = 0; i < MR; i++) {
+      const __m512 ai = _mm512_set1_ps(a3[i / 3][i % 3 * lda + k]);
+      acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+    }
+  }
+  {
+    const __m512 s0 = _mm512_loadu_ps(scale), s1 = _mm512_loadu_ps(scale + 16);
+    const __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    for (i = 0; i < MR; i++) {
+      _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_fmadd_ps(acc0[i], s0, c0));
+      _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_fmadd_ps(acc1[i], s1, c1));
+    }
+  }
+}
+
+/* Rows in blocks of at most 14 (sizes differing by at most one), and the
+ * blocks in passes of at most 4, whose x stays in L2 while every panel
+ * goes by, as linear_cols arranges them. */
+void attnc_prims_linear_q8_avx512(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                  const float *b, float *y, long y_stride)
+{
+  const long panels = (n_out + NR - 1) / NR, nblk = (rows + 13) / 14, npass = (nblk + 3) / 4;
+  long pass, p, bk;
+  for (pass = 0; pass < npass; pass++) {
+    const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
+    for (p = 0; p < panels; p++) {
+      const unsigned char *panel = (const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in);
+      const float *scale = (const float *)panel;
+      const signed char *wq = (const signed char *)(panel + NR * sizeof(float));
+      const long nv = n_out - p * NR;
+      const __mmask16 m0 = tail_mask(nv), m1 = tail_mask(nv > 16 ? nv - 16 : 0);
+      const float *bias = b ? b + p * NR : NULL;
+      for (bk = b0; bk < b1; bk++) {
+        const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
+        const float *a = x + r0 * x_stride;
+        float *c = y + r0 * y_stride + p * NR;
+#define LINQ_CASE(MR) \
+  case MR: lin_q8_kernel(MR, n_in, a, x_stride, wq, scale, c, y_stride, bias, m0, m1); break;
+        switch (mr) { /* rows as a compile-time constant */
+          LINQ_CASE(14) LINQ_CASE(13) LINQ_CASE(12) LINQ_CASE(11) LINQ_CASE(10) LINQ_CASE(9) LINQ_CASE(8)
+          LINQ_CASE(7) LINQ_CASE(6) LINQ_CASE(5) LINQ_CASE(4) LINQ_CASE(3) LINQ_CASE(2)
+        default: lin_q8_kernel(1, n_in, a, x_stride, wq, scale, c, y_stride, bias, m0, m1); break;
+        }
+#undef LINQ_CASE
+      }
+    }
+  }
+}
+
 /* ---- attention: one tile of query rows, key tiles of KT ---- */
 
 /* S[MR][64] = Q[MR][:c] . Kt[:c][64] (Kt is the key tile, transposed, rows ldk apart). */

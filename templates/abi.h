@@ -108,7 +108,19 @@ typedef struct attnc_prims {
    * bound weights; a backward packs the transposed operands of its gradients' products) */
   long (*pack_size)(long n_out, long n_in);
   void (*pack)(const float *w, long n_out, long n_in, float *packed);
+  /* linear and linear_heads over int8 weights kept int8 (spec key
+   * weights=int8): W as I8 rows with one f32 scale each (w = q * scale),
+   * packed by the runtime in panels of 32 outputs, panel p at p *
+   * ATTNC_Q8_PANEL(n_in) bytes: its 32 scales, then for each k its 32
+   * outputs' int8 weights side by side (zero past n_out).  Columns n0 on
+   * (n0 a multiple of 32) start at panel n0 / 32. */
+  void (*linear_q8)(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                    const float *b, float *y, long y_stride);
+  void (*linear_heads_q8)(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                          const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
 } attnc_prims;
+/* bytes of one int8 panel (linear_q8): 32 f32 scales and 32 x n_in int8, whole cache lines */
+#define ATTNC_Q8_PANEL(n_in) ((32L * 4 + 32L * (n_in) + 63) / 64 * 64)
 
 typedef struct attnc_args {
   const long *dims;                     /* sizes of the named dims, in NAME_dim_names order */

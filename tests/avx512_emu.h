@@ -298,6 +298,22 @@ EMU emu_m512 emu_shuffle_f32x4(emu_m512 a, emu_m512 b, int imm)
   return r;
 }
 
+/* sign-extend 16 int8 to int32; convert int32 lanes to float */
+EMU emu_m512i emu_cvtepi8_epi32(__m128i a)
+{
+  int8_t b[16];
+  emu_m512i r;
+  _mm_storeu_si128((__m128i *)b, a);
+  EMU_EACH r.i[l] = b[l];
+  return r;
+}
+EMU emu_m512 emu_cvtepi32_ps(emu_m512i a)
+{
+  emu_m512 r;
+  EMU_EACH r.f[l] = (float)a.i[l];
+  return r;
+}
+
 /* a reciprocal within 2^-14 relative error: the model gives the exact one */
 EMU emu_m512 emu_rcp14_ps(emu_m512 a)
 {
@@ -338,6 +354,8 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #undef _mm512_mul_ps
 #undef _mm512_div_ps
 #undef _mm512_rcp14_ps
+#undef _mm512_cvtepi8_epi32
+#undef _mm512_cvtepi32_ps
 #undef _mm512_max_ps
 #undef _mm512_min_ps
 #undef _mm512_fmadd_ps
@@ -381,6 +399,8 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #define _mm512_mul_ps emu_mul_ps
 #define _mm512_div_ps emu_div_ps
 #define _mm512_rcp14_ps emu_rcp14_ps
+#define _mm512_cvtepi8_epi32 emu_cvtepi8_epi32
+#define _mm512_cvtepi32_ps emu_cvtepi32_ps
 #define _mm512_max_ps emu_max_ps
 #define _mm512_min_ps emu_min_ps
 #define _mm512_fmadd_ps emu_fmadd_ps

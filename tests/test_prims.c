@@ -200,6 +200,98 @@ static void test_prims_linear_heads(void **state)
   assert_int_equal(fails, 0);
 }
 
+/* linear_q8 (and, over two heads, linear_heads_q8) of int8 weights
+ * against a float64 loop over q * scale: rows 1 (decoding) to 2 passes
+ * of row blocks, n_in 1 to 130, n_out across panel tails, strides past
+ * the rows, with and without a bias. */
+static int check_linear_q8(const char *isa, void (*lin)(const float *, long, long, long, const void *, long,
+                                                          const float *, float *, long))
+{
+  static const long R[] = { 1, 3, 14, 15, 57, 113 }, K[] = { 1, 7, 64, 130 }, N[] = { 1, 31, 32, 33, 100 };
+  size_t ri, ki, ni;
+  int bad = 0;
+  for (ri = 0; ri < sizeof R / sizeof R[0]; ri++)
+    for (ki = 0; ki < sizeof K / sizeof K[0]; ki++)
+      for (ni = 0; ni < sizeof N / sizeof N[0]; ni++) {
+        const long rows = R[ri], n_in = K[ki], n_out = N[ni], xs = n_in + 3, ys = n_out + 5;
+        const int with_b = (int)((ri + ki + ni) % 2);
+        float *x = malloc(sizeof(float) * rows * xs), *y = malloc(sizeof(float) * rows * ys);
+        float *scale = malloc(sizeof(float) * n_out), *b = malloc(sizeof(float) * n_out);
+        signed char *q = malloc((size_t)(n_out * n_in));
+        void *packed = NULL;
+        long i, r, n, k;
+        if (posix_memalign(&packed, 64, (size_t)attnc_prims_pack_q8_size(n_out, n_in)) != 0) abort();
+        reseed((uint64_t)((rows * 131 + n_in) * 131 + n_out) * 2 + (uint64_t)with_b + 5000000);
+        for (i = 0; i < rows * xs; i++) x[i] = frand();
+        for (i = 0; i < rows * ys; i++) y[i] = 12345.0f; /* past n_out: must stay */
+        for (i = 0; i < n_out * n_in; i++) q[i] = (signed char)(frand() * 127.5f);
+        q[0] = -128; /* the full range */
+        for (i = 0; i < n_out; i++) {
+          scale[i] = (0.5f + frand()) / 127;
+          b[i] = frand();
+        }
+        attnc_prims_pack_q8(q, scale, n_out, n_in, packed);
+        lin(x, rows, xs, n_in, packed, n_out, with_b ? b : NULL, y, ys);
+        for (r = 0; r < rows; r++)
+          for (n = 0; n < ys; n++) {
+            double want = with_b ? b[n < n_out ? n : 0] : 0, mag = fabs(want), got = y[r * ys + n];
+            if (n >= n_out) {
+              if (got != 12345.0f) bad++;
+              continue;
+            }
+            for (k = 0; k < n_in; k++) {
+              const double term = (double)x[r * xs + k] * q[n * n_in + k] * scale[n];
+              want += term;
+              mag += fabs(term);
+            }
+            if (!(fabs(got - want) <= 1e-6 * mag + 1e-7)) {
+              if (bad++ < 5)
+                fprintf(stderr, "linear_q8 [%s] rows=%ld n_in=%ld n_out=%ld bias=%d: y[%ld][%ld] = %.9g, want %.9g\n", isa,
+                        rows, n_in, n_out, with_b, r, n, got, want);
+            }
+          }
+        free(x); free(y); free(scale); free(b); free(q); free(packed);
+      }
+  return bad == 0;
+}
+
+static void test_prims_linear_q8(void **state)
+{
+  const attnc_prims *P = attnc_prims_get();
+  int fails = 0;
+  (void)state;
+  fails += !check_linear_q8("generic", attnc_prims_linear_q8_generic);
+  if (have_avx512()) fails += !check_linear_q8("avx512", attnc_prims_linear_q8_avx512);
+  else printf("SKIP avx512 linear_q8: this CPU has no AVX-512 (generic checked)\n");
+  if (have_avx2()) fails += !check_linear_q8("avx2", attnc_prims_linear_q8_avx2);
+  else printf("SKIP avx2 linear_q8: this CPU has no AVX2 and FMA (generic checked)\n");
+  { /* linear_heads_q8: 96 columns from col0 32 as heads of 64, each head's block 1000 floats apart */
+    const long rows = 5, n_in = 40, n_out = 96, col0 = 32, hw = 64, hs = 1000;
+    float x[5 * 40], y[5 * 3000], yl[5 * 96], scale[128], b[128];
+    signed char q[128 * 40];
+    void *packed = NULL;
+    long i, r, n;
+    if (posix_memalign(&packed, 64, (size_t)attnc_prims_pack_q8_size(128, n_in)) != 0) abort();
+    reseed(5100000);
+    for (i = 0; i < rows * n_in; i++) x[i] = frand();
+    for (i = 0; i < 128 * n_in; i++) q[i] = (signed char)(frand() * 127);
+    for (i = 0; i < 128; i++) { scale[i] = 0.01f + 0.001f * (float)i; b[i] = frand(); }
+    for (i = 0; i < 5 * 3000; i++) y[i] = 0;
+    attnc_prims_pack_q8(q, scale, 128, n_in, packed);
+    /* the whole weight's columns col0.. as one plain product, then by heads */
+    P->linear_q8(x, rows, n_in, n_in, (const unsigned char *)packed + ATTNC_Q8_PANEL(n_in), n_out, b + col0, yl, n_out);
+    P->linear_heads_q8(x, rows, n_in, n_in, (const unsigned char *)packed + ATTNC_Q8_PANEL(n_in), n_out, b + col0, y, 64,
+                       col0, hw, hs);
+    for (r = 0; r < rows; r++)
+      for (n = 0; n < n_out; n++) {
+        const long col = col0 + n;
+        if (y[col / hw * hs + r * 64 + col % hw] != yl[r * n_out + n]) fails++;
+      }
+    free(packed);
+  }
+  assert_int_equal(fails, 0);
+}
+
 struct case_ {
   long rows, group, c, nk, i0;
   int has_lo, has_hi;
@@ -422,6 +514,7 @@ int main(void)
     cmocka_unit_test(test_prims_linear),
     cmocka_unit_test(test_prims_linear_splits),
     cmocka_unit_test(test_prims_linear_heads),
+    cmocka_unit_test(test_prims_linear_q8),
     cmocka_unit_test(test_prims_attend),
     cmocka_unit_test(test_prims_sigmoid_mul),
   };
