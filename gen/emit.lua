@@ -272,6 +272,15 @@ function M.fast(p)
     if a == 1 then return tostring(b) end
     return tostring(a) .. " * " .. tostring(b)
   end
+  -- the projections' primitive, and where its packed weight's columns
+  -- n0.. start: f32 panels of n_in floats a column, or, for int8 weights
+  -- kept int8 (weights=int8), ATTNC_Q8_PANEL(n_in) bytes a panel of 32
+  local q8 = p.weights == "int8"
+  env.linear, env.linear_heads = q8 and "linear_q8" or "linear", q8 and "linear_heads_q8" or "linear_heads"
+  env.w_at = function(w, n0, n_in)
+    if q8 then return "(const unsigned char *)" .. w .. " + " .. n0 .. " / 32 * ATTNC_Q8_PANEL(" .. n_in .. ")" end
+    return w .. " + " .. n0 .. " * " .. n_in
+  end
   env.QT = p.global and 1 or math.max(1, 64 // p.HPG)
   env.empty_code = EMPTY_ROWS[p.empty_rows]
   -- batch offsets of bias and mask, from the batch index variables

@@ -427,7 +427,7 @@ static void int8_run(const char *spec, int stacked, int as_f32, float *out)
 
 static void test_runtime_int8_weights(void **state)
 {
-  float want[160], got[160];
+  float want[160], got[160], got2[160];
   attnc_error e;
   attnc_kernel *k;
   attnc_bindings *b;
@@ -437,11 +437,15 @@ static void test_runtime_int8_weights(void **state)
   (void)state;
   tq.dtype = ATTNC_I8;
   ts.rank = 1;
+  /* the int8 kernel (its projections sum x * q, then scale) against the
+   * f32 kernel on the dequantised weights q * scale: the same up to f32
+   * rounding; stacked in_proj_weight and separate weights bit for bit */
   int8_run("mha x=2,5,16 heads=2 qkv_bias=false out_bias=false causal", 0, 1, want);
   int8_run("mha x=2,5,16 heads=2 qkv_bias=false out_bias=false causal weights=int8", 0, 0, got);
-  assert_memory_equal(want, got, sizeof want);
-  int8_run("mha x=2,5,16 heads=2 qkv_bias=false out_bias=false causal weights=int8", 1, 0, got);
-  assert_memory_equal(want, got, sizeof want);
+  for (int i = 0; i < 160; i++)
+    if (!(fabsf(got[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])))) fail_msg("out[%d] = %.9g, want %.9g", i, got[i], want[i]);
+  int8_run("mha x=2,5,16 heads=2 qkv_bias=false out_bias=false causal weights=int8", 1, 0, got2);
+  assert_memory_equal(got, got2, sizeof got);
 
   k = attnc_compile("mha x=2,5,16 heads=2 weights=int8", NULL, &e);
   assert_non_null(k);
