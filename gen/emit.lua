@@ -275,10 +275,13 @@ function M.fast(p)
   -- the projections' primitive, and where its packed weight's columns
   -- n0.. start: f32 panels of n_in floats a column, or, for int8 weights
   -- kept int8 (weights=int8), ATTNC_Q8_PANEL(n_in) bytes a panel of 32
-  local q8 = p.weights == "int8"
-  env.linear, env.linear_heads = q8 and "linear_q8" or "linear", q8 and "linear_heads_q8" or "linear_heads"
+  -- kept int8 (weights=int8), ATTNC_Q8_PANEL(n_in) bytes a panel of 32;
+  -- bf16 weights of bf16 activations kept bf16, ATTNC_BF16_PANEL(n_in)
+  local w16 = p.weights == "int8" and "q8" or (p.weights == "bf16" and p.dtype == "bf16") and "bf16" or nil
+  env.linear = w16 and "linear_" .. w16 or "linear"
+  env.linear_heads = w16 and "linear_heads_" .. w16 or "linear_heads"
   env.w_at = function(w, n0, n_in)
-    if q8 then return "(const unsigned char *)" .. w .. " + " .. n0 .. " / 32 * ATTNC_Q8_PANEL(" .. n_in .. ")" end
+    if w16 then return "(const unsigned char *)" .. w .. " + " .. n0 .. " / 32 * ATTNC_" .. w16:upper() .. "_PANEL(" .. n_in .. ")" end
     return w .. " + " .. n0 .. " * " .. n_in
   end
   env.QT = p.global and 1 or math.max(1, 64 // p.HPG)

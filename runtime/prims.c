@@ -289,6 +289,64 @@ void attnc_prims_linear_heads_q8(const float *x, long rows, long x_stride, long 
   }
 }
 
+long attnc_prims_pack_bf16_size(long n_out, long n_in)
+{
+  return (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR * ATTNC_BF16_PANEL(n_in);
+}
+
+void attnc_prims_pack_bf16(const unsigned short *w, long n_out, long n_in, void *packed)
+{
+  const long k32 = (n_in + 31) / 32 * 32;
+  long p, k, j, panels = (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR;
+  for (p = 0; p < panels; p++) {
+    unsigned short *panel = (unsigned short *)((unsigned char *)packed + p * ATTNC_BF16_PANEL(n_in));
+    for (k = 0; k < k32; k++) /* weight (n, k) at pair k / 2, output n, element k % 2 */
+      for (j = 0; j < ATTNC_PACK_NR; j++) {
+        const long n = p * ATTNC_PACK_NR + j;
+        panel[(k / 2) * 2 * ATTNC_PACK_NR + j * 2 + k % 2] = n < n_out && k < n_in ? w[n * n_in + k] : 0;
+      }
+  }
+}
+
+static float bf16_f32(unsigned short h)
+{
+  const unsigned u = (unsigned)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* One output at a time, x as it is (no rounding), summed in float. */
+void attnc_prims_linear_bf16_generic(const float *x, long rows, long x_stride, long n_in, const void *packed,
+                                     long n_out, const float *b, float *y, long y_stride)
+{
+  long r, n, k;
+  for (n = 0; n < n_out; n++) {
+    const unsigned short *w = (const unsigned short *)((const unsigned char *)packed + n / ATTNC_PACK_NR * ATTNC_BF16_PANEL(n_in)) +
+                              n % ATTNC_PACK_NR * 2;
+    for (r = 0; r < rows; r++) {
+      const float *xr = x + r * x_stride;
+      float acc = 0;
+      for (k = 0; k < n_in; k++) acc += xr[k] * bf16_f32(w[(k / 2) * 2 * ATTNC_PACK_NR + k % 2]);
+      y[r * y_stride + n] = acc + (b ? b[n] : 0.0f);
+    }
+  }
+}
+
+/* One linear_bf16 per head the columns span (as linear_heads_generic). */
+void attnc_prims_linear_heads_bf16(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                   const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
+{
+  const attnc_prims *P = attnc_prims_get();
+  long n = 0;
+  while (n < n_out) {
+    const long a = col0 + n, d = a % head_w, w = n_out - n < head_w - d ? n_out - n : head_w - d;
+    P->linear_bf16(x, rows, x_stride, n_in, (const unsigned char *)packed + n / ATTNC_PACK_NR * ATTNC_BF16_PANEL(n_in), w,
+                   b ? b + n : NULL, y + a / head_w * head_stride + d, y_stride);
+    n += w;
+  }
+}
+
 static attnc_prims table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
@@ -307,6 +365,8 @@ static void choose(void)
   table.pack = attnc_prims_pack;
   table.linear_q8 = attnc_prims_linear_q8_generic;
   table.linear_heads_q8 = attnc_prims_linear_heads_q8;
+  table.linear_bf16 = attnc_prims_linear_bf16_generic;
+  table.linear_heads_bf16 = attnc_prims_linear_heads_bf16;
 #if defined(__x86_64__) && defined(__GNUC__)
   /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
   const int generic_only = force && strcmp(force, "generic") == 0;
@@ -325,6 +385,11 @@ static void choose(void)
     table.linear = attnc_prims_linear_avx512;
     table.linear_heads = attnc_prims_linear_heads_avx512;
     table.linear_q8 = attnc_prims_linear_q8_avx512;
+    table.linear_bf16 = attnc_prims_linear_bf16_avx512;
+#ifndef ATTNC_AVX512_EMU
+    /* AMX-BF16 where the CPU has it (ATTNC_ISA=avx512 leaves it out) */
+    if (!(force && strcmp(force, "avx512") == 0) && attnc_prims_amx_ready()) table.linear_bf16 = attnc_prims_linear_bf16_amx;
+#endif
     table.attend = attnc_prims_attend_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
   } else if (!generic_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -332,6 +397,7 @@ static void choose(void)
     table.linear = attnc_prims_linear_avx2;
     table.linear_heads = attnc_prims_linear_heads_avx2;
     table.linear_q8 = attnc_prims_linear_q8_avx2;
+    table.linear_bf16 = attnc_prims_linear_bf16_avx2;
     table.attend = attnc_prims_attend_avx2;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
   }

@@ -74,6 +74,18 @@ void attnc_prims_linear_heads_q8(const float *x, long rows, long x_stride, long 
 void attnc_prims_linear_q8_generic(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                    const float *b, float *y, long y_stride);
 
+/* Bytes of an (n_out, n_in) bf16 weight packed for linear_bf16, and the
+ * packing of w (n_out, n_in) bf16 bits, as attnc_prims.linear_bf16 says. */
+long attnc_prims_pack_bf16_size(long n_out, long n_in);
+void attnc_prims_pack_bf16(const unsigned short *w, long n_out, long n_in, void *packed);
+void attnc_prims_linear_heads_bf16(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                   const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
+void attnc_prims_linear_bf16_generic(const float *x, long rows, long x_stride, long n_in, const void *packed,
+                                     long n_out, const float *b, float *y, long y_stride);
+/* AMX (prims_amx.c): 1 when the CPU has AMX-BF16 and the kernel lets this
+ * process use its tiles (asked once) */
+int attnc_prims_amx_ready(void);
+
 /* shared by the implementations */
 void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                                 const float *b, float *y, long y_stride);
@@ -144,6 +156,12 @@ void attnc_prims_linear_heads_avx512(const float *x, long rows, long x_stride, l
 void attnc_prims_linear_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                              const float *b, float *y, long y_stride);
 void attnc_prims_linear_q8_avx512(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                  const float *b, float *y, long y_stride);
+void attnc_prims_linear_bf16_avx512(const float *x, long rows, long x_stride, long n_in, const void *packed,
+                                    long n_out, const float *b, float *y, long y_stride);
+void attnc_prims_linear_bf16_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                 const float *b, float *y, long y_stride);
+void attnc_prims_linear_bf16_avx2(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                   const float *b, float *y, long y_stride);
 void attnc_prims_linear_q8_avx2(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                 const float *b, float *y, long y_stride);

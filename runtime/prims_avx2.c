@@ -289,6 +289,76 @@ void attnc_prims_linear_q8_avx2(const float *x, long rows, long x_stride, long n
   }
 }
 
+/* ---- linear over bf16 weights kept bf16 (attnc_prims_pack_bf16) ----
+ * Half a panel (16 outputs) at a time; each 32-bit lane of a pair's row
+ * holds the output's two bf16 weights (see prims_avx512.c). */
+INLINE void lin_bf16_kernel(const int MR, long n_in, const float *a, long lda, const unsigned char *wp, float *c,
+                            long ldc, const float *bias, long nv)
+{
+  __m256 acc0[5], acc1[5];
+  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+  long kk, n;
+  int i;
+  for (i = 0; i < MR; i++) {
+    acc0[i] = _mm256_setzero_ps();
+    acc1[i] = _mm256_setzero_ps();
+  }
+  for (kk = 0; 2 * kk < n_in; kk++) {
+    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(wp + kk * 128)), v1 = _mm256_loadu_si256((const __m256i *)(wp + kk * 128 + 32));
+    const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)), e1 = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));
+    const int odd = 2 * kk + 1 < n_in;
+    const __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(v0, hi)), o1 = _mm256_castsi256_ps(_mm256_and_si256(v1, hi));
+    for (i = 0; i < MR; i++) {
+      const __m256 xe = _mm256_broadcast_ss(a + i * lda + 2 * kk);
+      acc0[i] = _mm256_fmadd_ps(xe, e0, acc0[i]);
+      acc1[i] = _mm256_fmadd_ps(xe, e1, acc1[i]);
+      if (odd) { /* an odd n_in: the last pair has its first input only */
+        const __m256 xo = _mm256_broadcast_ss(a + i * lda + 2 * kk + 1);
+        acc0[i] = _mm256_fmadd_ps(xo, o0, acc0[i]);
+        acc1[i] = _mm256_fmadd_ps(xo, o1, acc1[i]);
+      }
+    }
+  }
+  {
+    float tmp[5][16];
+    for (i = 0; i < MR; i++) {
+      _mm256_storeu_ps(tmp[i], acc0[i]);
+      _mm256_storeu_ps(tmp[i] + 8, acc1[i]);
+    }
+    for (i = 0; i < MR; i++)
+      for (n = 0; n < (nv < 16 ? nv : 16); n++) c[i * ldc + n] = tmp[i][n] + (bias ? bias[n] : 0.0f);
+  }
+}
+
+void attnc_prims_linear_bf16_avx2(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                  const float *b, float *y, long y_stride)
+{
+  const long panels = (n_out + NR - 1) / NR, nblk = (rows + 4) / 5, npass = (nblk + 7) / 8;
+  long pass, p, h, bk;
+  for (pass = 0; pass < npass; pass++) {
+    const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
+    for (p = 0; p < panels; p++)
+      for (h = 0; h < NR; h += 16) {
+        const unsigned char *wp = (const unsigned char *)packed + p * ATTNC_BF16_PANEL(n_in) + h * 4;
+        const long nv = n_out - p * NR - h;
+        const float *bias = b ? b + p * NR + h : NULL;
+        if (nv <= 0) break;
+        for (bk = b0; bk < b1; bk++) {
+          const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
+          const float *a = x + r0 * x_stride;
+          float *c = y + r0 * y_stride + p * NR + h;
+          switch (mr) {
+          case 5: lin_bf16_kernel(5, n_in, a, x_stride, wp, c, y_stride, bias, nv); break;
+          case 4: lin_bf16_kernel(4, n_in, a, x_stride, wp, c, y_stride, bias, nv); break;
+          case 3: lin_bf16_kernel(3, n_in, a, x_stride, wp, c, y_stride, bias, nv); break;
+          case 2: lin_bf16_kernel(2, n_in, a, x_stride, wp, c, y_stride, bias, nv); break;
+          default: lin_bf16_kernel(1, n_in, a, x_stride, wp, c, y_stride, bias, nv); break;
+          }
+        }
+      }
+  }
+}
+
 /* ---- attention with query rows across the lanes ----
  *
  * As in prims_avx512.c: the scores of a key tile are kept transposed,

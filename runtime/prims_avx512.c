@@ -351,6 +351,78 @@ void attnc_prims_linear_q8_avx512(const float *x, long rows, long x_stride, long
   }
 }
 
+/* ---- linear over bf16 weights kept bf16 (attnc_prims_pack_bf16) ----
+ * Each pair of inputs' 64-byte row of 16 outputs holds, in each 32-bit
+ * lane, the output's two bf16 weights: shifted up 16 bits, the first as
+ * f32; masked to its top 16, the second.  x stays f32 (no rounding). */
+INLINE void lin_bf16_kernel(const int MR, long n_in, const float *a, long lda, const unsigned char *wp, float *c,
+                            long ldc, const float *bias, __mmask16 m0, __mmask16 m1)
+{
+  __m512 acc0[12], acc1[12];
+  const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+  long kk;
+  int i;
+  for (i = 0; i < MR; i++) {
+    acc0[i] = _mm512_setzero_ps();
+    acc1[i] = _mm512_setzero_ps();
+  }
+  for (kk = 0; 2 * kk < n_in; kk++) {
+    const __m512i v0 = _mm512_loadu_si512(wp + kk * 128), v1 = _mm512_loadu_si512(wp + kk * 128 + 64);
+    const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16)), e1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
+    if (2 * kk + 1 < n_in) {
+      const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi)), o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+      for (i = 0; i < MR; i++) {
+        const __m512 xe = _mm512_set1_ps(a[i * lda + 2 * kk]), xo = _mm512_set1_ps(a[i * lda + 2 * kk + 1]);
+        acc0[i] = _mm512_fmadd_ps(xo, o0, _mm512_fmadd_ps(xe, e0, acc0[i]));
+        acc1[i] = _mm512_fmadd_ps(xo, o1, _mm512_fmadd_ps(xe, e1, acc1[i]));
+      }
+    } else { /* an odd n_in: the last pair has its first input only */
+      for (i = 0; i < MR; i++) {
+        const __m512 xe = _mm512_set1_ps(a[i * lda + 2 * kk]);
+        acc0[i] = _mm512_fmadd_ps(xe, e0, acc0[i]);
+        acc1[i] = _mm512_fmadd_ps(xe, e1, acc1[i]);
+      }
+    }
+  }
+  {
+    const __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    for (i = 0; i < MR; i++) {
+      _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_add_ps(acc0[i], c0));
+      _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_add_ps(acc1[i], c1));
+    }
+  }
+}
+
+void attnc_prims_linear_bf16_avx512(const float *x, long rows, long x_stride, long n_in, const void *packed,
+                                    long n_out, const float *b, float *y, long y_stride)
+{
+  const long panels = (n_out + NR - 1) / NR, nblk = (rows + 11) / 12, npass = (nblk + 3) / 4;
+  long pass, p, bk;
+  for (pass = 0; pass < npass; pass++) {
+    const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
+    for (p = 0; p < panels; p++) {
+      const unsigned char *wp = (const unsigned char *)packed + p * ATTNC_BF16_PANEL(n_in);
+      const long nv = n_out - p * NR;
+      const __mmask16 m0 = tail_mask(nv), m1 = tail_mask(nv > 16 ? nv - 16 : 0);
+      const float *bias = b ? b + p * NR : NULL;
+      for (bk = b0; bk < b1; bk++) {
+        const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
+        const float *a = x + r0 * x_stride;
+        float *c = y + r0 * y_stride + p * NR;
+#define LINB_CASE(MR) \
+  case MR: lin_bf16_kernel(MR, n_in, a, x_stride, wp, c, y_stride, bias, m0, m1); break;
+        switch (mr) {
+          LINB_CASE(12) LINB_CASE(11) LINB_CASE(10) LINB_CASE(9) LINB_CASE(8) LINB_CASE(7) LINB_CASE(6)
+          LINB_CASE(5) LINB_CASE(4) LINB_CASE(3) LINB_CASE(2)
+        default: lin_bf16_kernel(1, n_in, a, x_stride, wp, c, y_stride, bias, m0, m1); break;
+        }
+#undef LINB_CASE
+      }
+    }
+  }
+}
+
 /* ---- attention: one tile of query rows, key tiles of KT ---- */
 
 /* S[MR][64] = Q[MR][:c] . Kt[:c][64] (Kt is the key tile, transposed, rows ldk apart). */

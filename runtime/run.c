@@ -75,8 +75,9 @@ static float *weight_f32(const attnc_bindings *b, const attnc_args *args, int sl
 }
 
 /* Pack the weights for the primitives once; again only if rebound: int8
- * weights (weights=int8) kept int8 with their scales for linear_q8, any
- * other as f32 for linear. */
+ * weights (weights=int8) kept int8 with their scales for linear_q8, bf16
+ * weights of a bf16 kernel kept bf16 for linear_bf16, any other as f32
+ * for linear. */
 static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_error *err)
 {
   static const int w[] = { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV, ATTNC_SLOT_WG, ATTNC_SLOT_WO };
@@ -87,14 +88,17 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
     if (!b->k->gen.used[slot]) continue;
     if (b->packed_from[slot] != t->data || !b->packed[slot]) {
       const long rows = (long)t->shape[0], cols = (long)t->shape[1];
-      const int q8 = attnc_slot_dtype(&b->k->gen, slot) == ATTNC_I8;
-      size_t bytes = q8 ? (size_t)attnc_prims_pack_q8_size(rows, cols) : sizeof(float) * (size_t)attnc_prims_pack_size(rows, cols);
+      const attnc_dtype wd = attnc_slot_dtype(&b->k->gen, slot);
+      const int q8 = wd == ATTNC_I8, w16 = wd == ATTNC_BF16 && b->k->gen.dtype == ATTNC_BF16;
+      size_t bytes = q8    ? (size_t)attnc_prims_pack_q8_size(rows, cols)
+                     : w16 ? (size_t)attnc_prims_pack_bf16_size(rows, cols)
+                           : sizeof(float) * (size_t)attnc_prims_pack_size(rows, cols);
       void *p = NULL;
       float *f32 = NULL;
       /* 64-byte aligned, so that no vector load of a panel spans two cache
        * lines (malloc gives 16 bytes past a page for a large block) */
       if (posix_memalign(&p, 64, bytes > 0 ? bytes : 64) != 0) p = NULL;
-      if (p && !q8 && attnc_slot_dtype(&b->k->gen, slot) != ATTNC_F32 &&
+      if (p && !q8 && !w16 && wd != ATTNC_F32 &&
           !(f32 = weight_f32(b, args, slot, (size_t)rows, (size_t)cols))) {
         free(p);
         p = NULL;
@@ -102,6 +106,7 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
       if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
       free(b->packed[slot]);
       if (q8) attnc_prims_pack_q8(args->t[slot], args->t[attnc_slot_scale(slot)], rows, cols, p);
+      else if (w16) attnc_prims_pack_bf16(args->t[slot], rows, cols, p);
       else attnc_prims_pack(f32 ? f32 : (const float *)args->t[slot], rows, cols, p);
       free(f32);
       b->packed[slot] = p;

@@ -118,7 +118,20 @@ typedef struct attnc_prims {
                     const float *b, float *y, long y_stride);
   void (*linear_heads_q8)(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                           const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
+  /* linear and linear_heads over bf16 weights kept bf16, for kernels
+   * whose activations are bf16 (dtype=bf16 with bf16 weights): x's values
+   * may be rounded to bf16 (exact for a widened bf16 input), products are
+   * summed in f32.  W packed by the runtime in panels of 32 outputs, panel
+   * p at p * ATTNC_BF16_PANEL(n_in) bytes: for each pair of inputs 2kk,
+   * 2kk + 1 (n_in rounded up to 32, zero past it) the 32 outputs' two
+   * weights side by side, W[n][2kk] then W[n][2kk + 1] (AMX's B tiles). */
+  void (*linear_bf16)(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                      const float *b, float *y, long y_stride);
+  void (*linear_heads_bf16)(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                            const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
 } attnc_prims;
+/* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
+#define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))
 /* bytes of one int8 panel (linear_q8): 32 f32 scales and 32 x n_in int8, whole cache lines */
 #define ATTNC_Q8_PANEL(n_in) ((32L * 4 + 32L * (n_in) + 63) / 64 * 64)
 

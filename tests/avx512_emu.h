@@ -314,6 +314,31 @@ EMU emu_m512 emu_cvtepi32_ps(emu_m512i a)
   return r;
 }
 
+EMU emu_m512i emu_loadu_si512(const void *p)
+{
+  emu_m512i r;
+  memcpy(r.i, p, sizeof r.i);
+  return r;
+}
+EMU emu_m512i emu_slli_epi32(emu_m512i a, unsigned n)
+{
+  emu_m512i r;
+  EMU_EACH r.i[l] = n > 31 ? 0 : (int32_t)((uint32_t)a.i[l] << n);
+  return r;
+}
+EMU emu_m512i emu_and_si512(emu_m512i a, emu_m512i b)
+{
+  emu_m512i r;
+  EMU_EACH r.i[l] = a.i[l] & b.i[l];
+  return r;
+}
+EMU emu_m512 emu_castsi512_ps(emu_m512i a)
+{
+  emu_m512 r;
+  memcpy(r.f, a.i, sizeof r.f);
+  return r;
+}
+
 /* a reciprocal within 2^-14 relative error: the model gives the exact one */
 EMU emu_m512 emu_rcp14_ps(emu_m512 a)
 {
@@ -354,6 +379,10 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #undef _mm512_mul_ps
 #undef _mm512_div_ps
 #undef _mm512_rcp14_ps
+#undef _mm512_loadu_si512
+#undef _mm512_slli_epi32
+#undef _mm512_and_si512
+#undef _mm512_castsi512_ps
 #undef _mm512_cvtepi8_epi32
 #undef _mm512_cvtepi32_ps
 #undef _mm512_max_ps
@@ -399,6 +428,10 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #define _mm512_mul_ps emu_mul_ps
 #define _mm512_div_ps emu_div_ps
 #define _mm512_rcp14_ps emu_rcp14_ps
+#define _mm512_loadu_si512 emu_loadu_si512
+#define _mm512_slli_epi32 emu_slli_epi32
+#define _mm512_and_si512 emu_and_si512
+#define _mm512_castsi512_ps emu_castsi512_ps
 #define _mm512_cvtepi8_epi32 emu_cvtepi8_epi32
 #define _mm512_cvtepi32_ps emu_cvtepi32_ps
 #define _mm512_max_ps emu_max_ps

@@ -292,6 +292,113 @@ static void test_prims_linear_q8(void **state)
   assert_int_equal(fails, 0);
 }
 
+/* linear_bf16 of bf16 weights against a float64 loop: rows 1 to 2 passes
+ * of AMX's 32-row blocks, n_in odd and across its 32-input chunks, n_out
+ * across panel tails, strides past the rows, with and without a bias.
+ * x16: x's values are bf16 (as in a bf16 kernel), so an AMX path's
+ * rounding of x is exact; else an AMX path is held to bf16's rounding of x. */
+static unsigned short to_bf16(float f)
+{
+  unsigned u;
+  memcpy(&u, &f, sizeof u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16(unsigned short h)
+{
+  unsigned u = (unsigned)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static int check_linear_bf16(const char *isa, void (*lin)(const float *, long, long, long, const void *, long,
+                                                            const float *, float *, long), int x16, double rel)
+{
+  static const long R[] = { 1, 5, 16, 17, 40, 70 }, K[] = { 1, 7, 32, 33, 100 }, N[] = { 1, 31, 33, 64, 70 };
+  size_t ri, ki, ni;
+  int bad = 0;
+  for (ri = 0; ri < sizeof R / sizeof R[0]; ri++)
+    for (ki = 0; ki < sizeof K / sizeof K[0]; ki++)
+      for (ni = 0; ni < sizeof N / sizeof N[0]; ni++) {
+        const long rows = R[ri], n_in = K[ki], n_out = N[ni], xs = n_in + 3, ys = n_out + 5;
+        const int with_b = (int)((ri + ki + ni) % 2);
+        float *x = malloc(sizeof(float) * rows * xs), *y = malloc(sizeof(float) * rows * ys), *b = malloc(sizeof(float) * n_out);
+        unsigned short *w = malloc(sizeof(unsigned short) * n_out * n_in);
+        void *packed = NULL;
+        long i, r, n, k;
+        if (posix_memalign(&packed, 64, (size_t)attnc_prims_pack_bf16_size(n_out, n_in)) != 0) abort();
+        reseed((uint64_t)((rows * 131 + n_in) * 131 + n_out) * 2 + (uint64_t)with_b + 6000000);
+        for (i = 0; i < rows * xs; i++) x[i] = x16 ? from_bf16(to_bf16(frand())) : frand();
+        for (i = 0; i < rows * ys; i++) y[i] = 12345.0f;
+        for (i = 0; i < n_out * n_in; i++) w[i] = to_bf16(frand() * 0.5f);
+        for (i = 0; i < n_out; i++) b[i] = frand();
+        attnc_prims_pack_bf16(w, n_out, n_in, packed);
+        lin(x, rows, xs, n_in, packed, n_out, with_b ? b : NULL, y, ys);
+        for (r = 0; r < rows; r++)
+          for (n = 0; n < ys; n++) {
+            double want = with_b && n < n_out ? b[n] : 0, mag = fabs(want), got = y[r * ys + n];
+            if (n >= n_out) {
+              if (got != 12345.0f) bad++;
+              continue;
+            }
+            for (k = 0; k < n_in; k++) {
+              const double term = (double)x[r * xs + k] * from_bf16(w[n * n_in + k]);
+              want += term;
+              mag += fabs(term);
+            }
+            if (!(fabs(got - want) <= rel * mag + 1e-7)) {
+              if (bad++ < 5)
+                fprintf(stderr, "linear_bf16 [%s%s] rows=%ld n_in=%ld n_out=%ld bias=%d: y[%ld][%ld] = %.9g, want %.9g\n",
+                        isa, x16 ? "" : " x not bf16", rows, n_in, n_out, with_b, r, n, got, want);
+            }
+          }
+        free(x); free(y); free(b); free(w); free(packed);
+      }
+  return bad == 0;
+}
+
+static void test_prims_linear_bf16(void **state)
+{
+  const attnc_prims *P = attnc_prims_get();
+  int fails = 0;
+  (void)state;
+  fails += !check_linear_bf16("generic", attnc_prims_linear_bf16_generic, 0, 1e-6);
+  if (have_avx512()) fails += !check_linear_bf16("avx512", attnc_prims_linear_bf16_avx512, 0, 1e-6);
+  else printf("SKIP avx512 linear_bf16: this CPU has no AVX-512 (generic checked)\n");
+  if (have_avx2()) fails += !check_linear_bf16("avx2", attnc_prims_linear_bf16_avx2, 0, 1e-6);
+  else printf("SKIP avx2 linear_bf16: this CPU has no AVX2 and FMA (generic checked)\n");
+  if (have_avx512() && attnc_prims_amx_ready()) {
+    fails += !check_linear_bf16("amx", attnc_prims_linear_bf16_amx, 1, 1e-6);
+    fails += !check_linear_bf16("amx", attnc_prims_linear_bf16_amx, 0, 1.0 / 256); /* x rounded: 2^-9 each */
+  } else {
+    printf("SKIP amx linear_bf16: this CPU or kernel gives no AMX-BF16 tiles (the other paths checked)\n");
+  }
+  fails += !check_linear_bf16(P->isa, P->linear_bf16, 1, 1e-6);
+  { /* linear_heads_bf16 against linear_bf16, as test_prims_linear_q8 does */
+    const long rows = 20, n_in = 40, n_out = 96, col0 = 32, hw = 64, hs = 2000;
+    float x[20 * 40], y[20 * 4000], yl[20 * 96], b[128];
+    unsigned short w[128 * 40];
+    void *packed = NULL;
+    long i, r, n;
+    if (posix_memalign(&packed, 64, (size_t)attnc_prims_pack_bf16_size(128, n_in)) != 0) abort();
+    reseed(6100000);
+    for (i = 0; i < rows * n_in; i++) x[i] = from_bf16(to_bf16(frand()));
+    for (i = 0; i < 128 * n_in; i++) w[i] = to_bf16(frand());
+    for (i = 0; i < 128; i++) b[i] = frand();
+    for (i = 0; i < 20 * 4000; i++) y[i] = 0;
+    attnc_prims_pack_bf16(w, 128, n_in, packed);
+    P->linear_bf16(x, rows, n_in, n_in, (const unsigned char *)packed + ATTNC_BF16_PANEL(n_in), n_out, b + col0, yl, n_out);
+    P->linear_heads_bf16(x, rows, n_in, n_in, (const unsigned char *)packed + ATTNC_BF16_PANEL(n_in), n_out, b + col0, y,
+                         64, col0, hw, hs);
+    for (r = 0; r < rows; r++)
+      for (n = 0; n < n_out; n++) {
+        const long col = col0 + n;
+        if (y[col / hw * hs + r * 64 + col % hw] != yl[r * n_out + n]) fails++;
+      }
+    free(packed);
+  }
+  assert_int_equal(fails, 0);
+}
+
 struct case_ {
   long rows, group, c, nk, i0;
   int has_lo, has_hi;
@@ -515,6 +622,7 @@ int main(void)
     cmocka_unit_test(test_prims_linear_splits),
     cmocka_unit_test(test_prims_linear_heads),
     cmocka_unit_test(test_prims_linear_q8),
+    cmocka_unit_test(test_prims_linear_bf16),
     cmocka_unit_test(test_prims_attend),
     cmocka_unit_test(test_prims_sigmoid_mul),
   };
