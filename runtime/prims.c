@@ -347,6 +347,64 @@ void attnc_prims_linear_heads_bf16(const float *x, long rows, long x_stride, lon
   }
 }
 
+static float widen1(int f16, unsigned short h)
+{
+  unsigned u;
+  float f;
+  if (!f16) {
+    u = (unsigned)h << 16;
+  } else {
+    const unsigned sign = (unsigned)(h >> 15) << 31, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) { /* zero or subnormal: m * 2^-24 */
+      f = (float)m * 5.9604644775390625e-8f;
+      return sign ? -f : f;
+    }
+    u = sign | (e == 0x1f ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));
+  }
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static unsigned short narrow1(int f16, float f)
+{
+  unsigned u, sign, a;
+  memcpy(&u, &f, sizeof u);
+  if (!f16) {
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40); /* NaN stays NaN */
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+  }
+  sign = (u >> 16) & 0x8000u;
+  a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN stays NaN */
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);                       /* past 65504: infinity */
+  if (a < 0x38800000u) {                                                              /* below 2^-14: subnormal */
+    const unsigned e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    unsigned shift, q, rest, half;
+    if (e < 102) return (unsigned short)sign;
+    shift = 126 - e;
+    q = m >> shift;
+    rest = m & ((1u << shift) - 1);
+    half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (q & 1))) q++;
+    return (unsigned short)(sign | q);
+  }
+  return (unsigned short)(sign | ((a + 0xfffu + ((a >> 13) & 1) - 0x38000000u) >> 13));
+}
+
+void attnc_prims_widen16_generic(int f16, const void *src, float *dst, long n)
+{
+  const unsigned short *s = src;
+  long e;
+  for (e = 0; e < n; e++) dst[e] = widen1(f16, s[e]);
+}
+
+void attnc_prims_narrow16_generic(int f16, const float *src, void *dst, long n)
+{
+  unsigned short *d = dst;
+  long e;
+  for (e = 0; e < n; e++) d[e] = narrow1(f16, src[e]);
+}
+
 static attnc_prims table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
@@ -367,6 +425,8 @@ static void choose(void)
   table.linear_heads_q8 = attnc_prims_linear_heads_q8;
   table.linear_bf16 = attnc_prims_linear_bf16_generic;
   table.linear_heads_bf16 = attnc_prims_linear_heads_bf16;
+  table.widen16 = attnc_prims_widen16_generic;
+  table.narrow16 = attnc_prims_narrow16_generic;
 #if defined(__x86_64__) && defined(__GNUC__)
   /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
   const int generic_only = force && strcmp(force, "generic") == 0;
@@ -386,6 +446,8 @@ static void choose(void)
     table.linear_heads = attnc_prims_linear_heads_avx512;
     table.linear_q8 = attnc_prims_linear_q8_avx512;
     table.linear_bf16 = attnc_prims_linear_bf16_avx512;
+    table.widen16 = attnc_prims_widen16_avx512;
+    table.narrow16 = attnc_prims_narrow16_avx512;
 #ifndef ATTNC_AVX512_EMU
     /* AMX-BF16 where the CPU has it (ATTNC_ISA=avx512 leaves it out) */
     if (!(force && strcmp(force, "avx512") == 0) && attnc_prims_amx_ready()) table.linear_bf16 = attnc_prims_linear_bf16_amx;

@@ -1152,6 +1152,46 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
   else attend_cols(t);
 }
 
+/* ---- a bf16 or f16 kernel's conversions ---- */
+
+void attnc_prims_widen16_avx512(int f16, const void *src, float *dst, long n)
+{
+  const unsigned short *s = src;
+  long e;
+  for (e = 0; e < n; e += 16) {
+    const __mmask16 m = tail_mask(n - e);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, s + e);
+    const __m512 f = f16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    _mm512_mask_storeu_ps(dst + e, m, f);
+  }
+}
+
+/* bf16: the top half rounded by adding 0x7fff plus the kept half's low
+ * bit; a NaN keeps its top half, made quiet.  f16: vcvtps2ph, to nearest
+ * with ties to even, which overflows to infinity and keeps NaN quiet with
+ * the top of its payload, as prims.c's narrow1 does. */
+void attnc_prims_narrow16_avx512(int f16, const float *src, void *dst, long n)
+{
+  unsigned short *d = dst;
+  long e;
+  for (e = 0; e < n; e += 16) {
+    const __mmask16 m = tail_mask(n - e);
+    const __m512 f = _mm512_maskz_loadu_ps(m, src + e);
+    __m256i h;
+    if (f16) {
+      h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else {
+      const __m512i u = _mm512_castps_si512(f);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+      r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q),
+                                _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+      h = _mm512_cvtepi32_epi16(r);
+    }
+    _mm256_mask_storeu_epi16(d + e, m, h);
+  }
+}
+
 void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n)
 {
   long i;

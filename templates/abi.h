@@ -129,6 +129,12 @@ typedef struct attnc_prims {
                       const float *b, float *y, long y_stride);
   void (*linear_heads_bf16)(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                             const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
+  /* a bf16 or f16 kernel's conversions (phase 0 and 6): dst[e] = src[e]
+   * widened to f32 (exact), or src[e] rounded to 16 bits to nearest with
+   * ties to even (NaN stays NaN, f16 overflows to infinity), for n
+   * elements; f16: 1 for f16, 0 for bf16 */
+  void (*widen16)(int f16, const void *src, float *dst, long n);
+  void (*narrow16)(int f16, const float *src, void *dst, long n);
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))

@@ -339,6 +339,95 @@ EMU emu_m512 emu_castsi512_ps(emu_m512i a)
   return r;
 }
 
+/* ---- 16-bit conversions (widen16, narrow16): emu_m256i, sixteen 16-bit
+ * lanes here, is a struct of its own, as __m512 is ---- */
+typedef struct {
+  uint16_t h[16];
+} emu_m256i;
+EMU emu_m256i emu_maskz_loadu_epi16(__mmask16 k, const void *p)
+{
+  emu_m256i r;
+  EMU_EACH r.h[l] = EMU_ON(k) ? ((const uint16_t *)p)[l] : 0;
+  return r;
+}
+EMU void emu_mask_storeu_epi16(void *p, __mmask16 k, emu_m256i a)
+{
+  EMU_EACH if (EMU_ON(k)) ((uint16_t *)p)[l] = a.h[l];
+}
+EMU emu_m512i emu_cvtepu16_epi32(emu_m256i a)
+{
+  emu_m512i r;
+  EMU_EACH r.i[l] = a.h[l];
+  return r;
+}
+EMU emu_m256i emu_cvtepi32_epi16(emu_m512i a)
+{
+  emu_m256i r;
+  EMU_EACH r.h[l] = (uint16_t)a.i[l];
+  return r;
+}
+/* vcvtph2ps: exact, a NaN made quiet */
+EMU emu_m512 emu_cvtph_ps(emu_m256i a)
+{
+  emu_m512 r;
+  EMU_EACH
+  {
+    const uint32_t sign = (uint32_t)(a.h[l] >> 15) << 31, e = (a.h[l] >> 10) & 0x1fu, m = a.h[l] & 0x3ffu;
+    uint32_t u;
+    if (e == 0) {
+      r.f[l] = ldexpf((float)m, -24) * (sign ? -1.0f : 1.0f);
+      continue;
+    }
+    u = sign | (e == 0x1f ? 0x7f800000u | (m << 13) | (m ? 0x400000u : 0) : ((e + 112) << 23) | (m << 13));
+    memcpy(&r.f[l], &u, 4);
+  }
+  return r;
+}
+/* vcvtps2ph with round to nearest, ties to even (the only mode modelled) */
+EMU emu_m256i emu_cvtps_ph(emu_m512 a, int mode)
+{
+  emu_m256i r;
+  uint16_t *h = r.h;
+  (void)mode;
+  EMU_EACH
+  {
+    uint32_t u, sign, x;
+    memcpy(&u, &a.f[l], 4);
+    sign = (u >> 16) & 0x8000u;
+    x = u & 0x7fffffffu;
+    if (x > 0x7f800000u) h[l] = (uint16_t)(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
+    else if (x >= 0x477ff000u) h[l] = (uint16_t)(sign | 0x7c00u);
+    else if (x < 0x38800000u) { /* subnormal: the value in units of 2^-24, rounded (nearbyintf: ties to even) */
+      h[l] = (uint16_t)(sign | (uint32_t)nearbyintf(ldexpf(fabsf(a.f[l]), 24)));
+    } else h[l] = (uint16_t)(sign | ((x + 0xfffu + ((x >> 13) & 1) - 0x38000000u) >> 13));
+  }
+  return r;
+}
+EMU emu_m512i emu_castps_si512(emu_m512 a)
+{
+  emu_m512i r;
+  memcpy(r.i, a.f, sizeof r.i);
+  return r;
+}
+EMU emu_m512i emu_srli_epi32(emu_m512i a, unsigned n)
+{
+  emu_m512i r;
+  EMU_EACH r.i[l] = n > 31 ? 0 : (int32_t)((uint32_t)a.i[l] >> n);
+  return r;
+}
+EMU emu_m512i emu_or_si512(emu_m512i a, emu_m512i b)
+{
+  emu_m512i r;
+  EMU_EACH r.i[l] = a.i[l] | b.i[l];
+  return r;
+}
+EMU emu_m512i emu_mask_mov_epi32(emu_m512i src, __mmask16 k, emu_m512i a)
+{
+  emu_m512i r;
+  EMU_EACH r.i[l] = EMU_ON(k) ? a.i[l] : src.i[l];
+  return r;
+}
+
 /* a reciprocal within 2^-14 relative error: the model gives the exact one */
 EMU emu_m512 emu_rcp14_ps(emu_m512 a)
 {
@@ -357,8 +446,10 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 /* ---- the renames ---- */
 #undef __m512
 #undef __m512i
+#undef __m256i
 #define __m512 emu_m512
 #define __m512i emu_m512i
+#define __m256i emu_m256i
 #undef _mm512_set1_ps
 #undef _mm512_setzero_ps
 #undef _mm512_load_ps
@@ -379,6 +470,16 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #undef _mm512_mul_ps
 #undef _mm512_div_ps
 #undef _mm512_rcp14_ps
+#undef _mm256_maskz_loadu_epi16
+#undef _mm256_mask_storeu_epi16
+#undef _mm512_cvtepu16_epi32
+#undef _mm512_cvtepi32_epi16
+#undef _mm512_cvtph_ps
+#undef _mm512_cvtps_ph
+#undef _mm512_castps_si512
+#undef _mm512_srli_epi32
+#undef _mm512_or_si512
+#undef _mm512_mask_mov_epi32
 #undef _mm512_loadu_si512
 #undef _mm512_slli_epi32
 #undef _mm512_and_si512
@@ -428,6 +529,16 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #define _mm512_mul_ps emu_mul_ps
 #define _mm512_div_ps emu_div_ps
 #define _mm512_rcp14_ps emu_rcp14_ps
+#define _mm256_maskz_loadu_epi16 emu_maskz_loadu_epi16
+#define _mm256_mask_storeu_epi16 emu_mask_storeu_epi16
+#define _mm512_cvtepu16_epi32 emu_cvtepu16_epi32
+#define _mm512_cvtepi32_epi16 emu_cvtepi32_epi16
+#define _mm512_cvtph_ps emu_cvtph_ps
+#define _mm512_cvtps_ph emu_cvtps_ph
+#define _mm512_castps_si512 emu_castps_si512
+#define _mm512_srli_epi32 emu_srli_epi32
+#define _mm512_or_si512 emu_or_si512
+#define _mm512_mask_mov_epi32 emu_mask_mov_epi32
 #define _mm512_loadu_si512 emu_loadu_si512
 #define _mm512_slli_epi32 emu_slli_epi32
 #define _mm512_and_si512 emu_and_si512

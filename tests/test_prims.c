@@ -399,6 +399,57 @@ static void test_prims_linear_bf16(void **state)
   assert_int_equal(fails, 0);
 }
 
+/* widen16 and narrow16 against the portable ones, bit for bit: every
+ * 16-bit pattern widened (a NaN only as a NaN: vcvtph2ps quiets it), and
+ * narrowed floats around every rounding edge (ties, the largest finite
+ * values, subnormals, infinities, NaNs) plus random ones, in an odd count
+ * (a masked tail). */
+static int check_convert16(const char *isa, void (*widen)(int, const void *, float *, long),
+                           void (*narrow)(int, const float *, void *, long))
+{
+  enum { N = 65536 + 4001 };
+  static unsigned short h[65536], h1[N], h2[N];
+  static float f1[65536], f2[65536], src[N];
+  int f16, bad = 0;
+  long i;
+  for (i = 0; i < 65536; i++) h[i] = (unsigned short)i;
+  reseed(7000000);
+  for (f16 = 0; f16 < 2; f16++) {
+    attnc_prims_widen16_generic(f16, h, f1, 65536);
+    widen(f16, h, f2, 65535); /* the last lane of the last vector masked off */
+    f2[65535] = f1[65535];
+    for (i = 0; i < 65536; i++)
+      if (isnan(f1[i]) ? !isnan(f2[i]) : memcmp(&f1[i], &f2[i], 4) != 0) {
+        if (bad++ < 5) fprintf(stderr, "widen16 [%s] f16=%d: 0x%04lx gives %g, want %g\n", isa, f16, i, f2[i], f1[i]);
+      }
+    /* every widened value (so every exact 16-bit value and its
+     * neighbours' halfway points), then random floats of every scale */
+    for (i = 0; i < 65536; i++) {
+      unsigned u;
+      memcpy(&u, &f1[i], 4);
+      u += (i % 3 == 0) ? 0 : (i % 3 == 1) ? (f16 ? 0x1000u : 0x8000u) : 1u; /* exact, a tie, just past one */
+      memcpy(&src[i], &u, 4);
+    }
+    for (; i < N; i++) src[i] = ldexpf(frand(), (int)(frand() * 140));
+    attnc_prims_narrow16_generic(f16, src, h1, N);
+    narrow(f16, src, h2, N);
+    for (i = 0; i < N; i++)
+      if (h1[i] != h2[i] && bad++ < 10)
+        fprintf(stderr, "narrow16 [%s] f16=%d: %a gives 0x%04x, want 0x%04x\n", isa, f16, src[i], h2[i], h1[i]);
+  }
+  return bad == 0;
+}
+
+static void test_prims_convert16(void **state)
+{
+  int fails = 0;
+  (void)state;
+  if (have_avx512()) fails += !check_convert16("avx512", attnc_prims_widen16_avx512, attnc_prims_narrow16_avx512);
+  else printf("SKIP avx512 widen16/narrow16: this CPU has no AVX-512 (the portable ones are the reference)\n");
+  fails += !check_convert16(attnc_prims_get()->isa, attnc_prims_get()->widen16, attnc_prims_get()->narrow16);
+  assert_int_equal(fails, 0);
+}
+
 struct case_ {
   long rows, group, c, nk, i0;
   int has_lo, has_hi;
@@ -623,6 +674,7 @@ int main(void)
     cmocka_unit_test(test_prims_linear_heads),
     cmocka_unit_test(test_prims_linear_q8),
     cmocka_unit_test(test_prims_linear_bf16),
+    cmocka_unit_test(test_prims_convert16),
     cmocka_unit_test(test_prims_attend),
     cmocka_unit_test(test_prims_sigmoid_mul),
   };
