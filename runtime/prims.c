@@ -450,7 +450,10 @@ static void choose(void)
     table.narrow16 = attnc_prims_narrow16_avx512;
 #ifndef ATTNC_AVX512_EMU
     /* AMX-BF16 where the CPU has it (ATTNC_ISA=avx512 leaves it out) */
-    if (!(force && strcmp(force, "avx512") == 0) && attnc_prims_amx_ready()) table.linear_bf16 = attnc_prims_linear_bf16_amx;
+    if (!(force && strcmp(force, "avx512") == 0) && attnc_prims_amx_ready()) {
+      table.linear_bf16 = attnc_prims_linear_bf16_amx;
+      table.linear_q8 = attnc_prims_linear_q8_amx;
+    }
 #endif
     table.attend = attnc_prims_attend_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
