@@ -463,6 +463,10 @@ static void choose(void)
     table.linear_heads = attnc_prims_linear_heads_avx2;
     table.linear_q8 = attnc_prims_linear_q8_avx2;
     table.linear_bf16 = attnc_prims_linear_bf16_avx2;
+    if (__builtin_cpu_supports("f16c")) {
+      table.widen16 = attnc_prims_widen16_avx2;
+      table.narrow16 = attnc_prims_narrow16_avx2;
+    }
     table.attend = attnc_prims_attend_avx2;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
   }

@@ -171,6 +171,8 @@ void attnc_prims_linear_bf16_avx2(const float *x, long rows, long x_stride, long
                                   const float *b, float *y, long y_stride);
 void attnc_prims_widen16_avx512(int f16, const void *src, float *dst, long n);
 void attnc_prims_narrow16_avx512(int f16, const float *src, void *dst, long n);
+void attnc_prims_widen16_avx2(int f16, const void *src, float *dst, long n);
+void attnc_prims_narrow16_avx2(int f16, const float *src, void *dst, long n);
 void attnc_prims_linear_q8_avx2(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                 const float *b, float *y, long y_stride);
 void attnc_prims_attend_avx2(const attnc_tile *t);

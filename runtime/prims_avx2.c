@@ -903,6 +903,42 @@ void attnc_prims_attend_avx2(const attnc_tile *t)
   else attnc_prims_attend_generic(t);
 }
 
+/* ---- a bf16 or f16 kernel's conversions, with F16C (prims.c checks
+ * for it) for f16; the last n % 8 elements by the portable ones ---- */
+
+__attribute__((target("f16c"))) void attnc_prims_widen16_avx2(int f16, const void *src, float *dst, long n)
+{
+  const unsigned short *s = src;
+  long e;
+  for (e = 0; e + 8 <= n; e += 8) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)(s + e));
+    _mm256_storeu_ps(dst + e, f16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+  }
+  attnc_prims_widen16_generic(f16, s + e, dst + e, n - e);
+}
+
+__attribute__((target("f16c"))) void attnc_prims_narrow16_avx2(int f16, const float *src, void *dst, long n)
+{
+  unsigned short *d = dst;
+  long e;
+  for (e = 0; e + 8 <= n; e += 8) {
+    const __m256 f = _mm256_loadu_ps(src + e);
+    __m128i h;
+    if (f16) {
+      h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else { /* as prims_avx512.c: round to nearest even, a NaN kept quiet */
+      const __m256i u = _mm256_castps_si256(f);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+      r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)),
+                             _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
+      h = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+    }
+    _mm_storeu_si128((__m128i *)(d + e), h);
+  }
+  attnc_prims_narrow16_generic(f16, src + e, d + e, n - e);
+}
+
 void attnc_prims_sigmoid_mul_avx2(const float *g, float *o, long n)
 {
   const __m256 one = _mm256_set1_ps(1.0f), hi = _mm256_set1_ps(88.3f);

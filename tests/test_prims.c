@@ -449,6 +449,9 @@ static void test_prims_convert16(void **state)
   (void)state;
   if (have_avx512()) fails += !check_convert16("avx512", attnc_prims_widen16_avx512, attnc_prims_narrow16_avx512);
   else printf("SKIP avx512 widen16/narrow16: this CPU has no AVX-512 (the portable ones are the reference)\n");
+  if (have_avx2() && __builtin_cpu_supports("f16c"))
+    fails += !check_convert16("avx2", attnc_prims_widen16_avx2, attnc_prims_narrow16_avx2);
+  else printf("SKIP avx2 widen16/narrow16: this CPU has no AVX2 with F16C (the portable ones are the reference)\n");
   fails += !check_convert16(attnc_prims_get()->isa, attnc_prims_get()->widen16, attnc_prims_get()->narrow16);
   assert_int_equal(fails, 0);
 }
