@@ -284,6 +284,8 @@ function M.fast(p)
     if w16 then return "(const unsigned char *)" .. w .. " + " .. n0 .. " / 32 * ATTNC_" .. w16:upper() .. "_PANEL(" .. n_in .. ")" end
     return w .. " + " .. n0 .. " * " .. n_in
   end
+  -- a bf16 kernel's attention may round q, k, v and p to bf16 (AMX tiles)
+  env.attend_fn = p.dtype == "bf16" and "attend_bf16" or "attend"
   env.QT = p.global and 1 or math.max(1, 64 // p.HPG)
   env.empty_code = EMPTY_ROWS[p.empty_rows]
   -- batch offsets of bias and mask, from the batch index variables

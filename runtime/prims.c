@@ -471,6 +471,8 @@ static void choose(void)
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
   }
 #endif
+  /* a bf16 kernel's attention: on the tiles with the AMX linear, else attend */
+  table.attend_bf16 = table.linear_bf16 == attnc_prims_linear_bf16_amx ? attnc_prims_attend_bf16_amx : table.attend;
 }
 
 const attnc_prims *attnc_prims_get(void)

@@ -4,6 +4,7 @@
  * in f32 by the tiles.  Chosen by prims.c when the CPU has AMX-BF16 and
  * Linux lets this process use the tiles (attnc_prims_amx_ready); compiled
  * with per-function target attributes, so the file builds anywhere. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,7 @@
 #include <unistd.h>
 
 #define NR ATTNC_PACK_NR
-#define AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#define AMX __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux: ask for an extended state component */
 #define XFEATURE_XTILEDATA 18
 
@@ -235,6 +236,248 @@ AMX void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, lon
   free(xb);
 }
 
+/* r[0..15] (16 lanes of 32 bits each) -> its transpose, in registers */
+AMX static inline void transpose16_epi32(__m512i *r)
+{
+  __m512i t[16];
+  int i;
+  for (i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+/* 2^x for x <= 0 (0 for -inf), as prims_avx512.c's exp2_512_neg */
+AMX static inline __m512 exp2_neg(__m512 x)
+{
+  const __m512 r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(ATTNC_EXP2F_P5);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P0));
+  return _mm512_scalef_ps(p, x);
+}
+
+/* attend_bf16 on the tiles: a tile of 16 rows or more, head dim a multiple
+ * of 32 (up to 256), with no bias, mask or key split (the rest go to the
+ * f32 primitive).  q, k and v are rounded to bf16 (exact for a bf16
+ * kernel's core inputs; a projection's output as PyTorch rounds it), the
+ * scores and p.v are summed in f32 by the tiles, the online softmax runs
+ * in f32 over blocks of 32 keys, and p is rounded to bf16 for p.v (as
+ * PyTorch's bf16 flash attention rounds it).  Work, in t->work:
+ * O (r16 x c f32), then Qb (r16 x c bf16), Kb (c/32 chunks x 2 x 16 x 32
+ * bf16), Vb (c/16 x 16 x 32 bf16), S (r16 x 32 f32), P (r16 x 32 bf16),
+ * M, L, A (r16 f32), LO, HI, BO (r16 int). */
+AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
+{
+  const long rows = t->rows, c = t->c, r16 = (rows + 15) / 16 * 16;
+  float *O, *S, *M, *L, *A;
+  unsigned short *Qb, *Kb, *Vb, *P;
+  int *LO, *HI, *BO;
+  long r, d, j0, jmin, jmax, lo_max, hi_min, rt, cc, n16;
+  float cb[4][16 * 16] __attribute__((aligned(64)));
+  const float s2 = t->scale * ATTNC_LOG2E;
+  const float cap2 = t->softcap > 0 ? t->softcap * ATTNC_LOG2E : 0.0f;
+  tile_config cfg;
+  int x;
+  if (rows < 16 || rows > 256 || t->bias || t->mask || t->m_out || c % 32 || c > 256 || cap2 > 0 ||
+      !attnc_prims_fits_lanes(t)) {
+    attnc_prims_attend_avx512(t);
+    return;
+  }
+  O = t->work;
+  Qb = (unsigned short *)(O + r16 * c);
+  Kb = Qb + r16 * c;
+  Vb = Kb + c * 32;
+  S = (float *)(Vb + c * 32);
+  P = (unsigned short *)(S + r16 * 32);
+  M = (float *)(P + r16 * 32);
+  L = M + r16;
+  A = L + r16;
+  LO = (int *)(A + r16);
+  HI = LO + r16;
+  BO = HI + r16;
+  attnc_prims_rows_begin(t, r16, NULL, c, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
+  memset(O, 0, sizeof(float) * (size_t)(r16 * c));
+  /* q rounded to bf16 as it is (the scale goes on the f32 scores) */
+  for (r = 0; r < r16; r++) {
+    const float *qr[1];
+    attnc_prims_row_ptrs(t, t->q, t->q_stride, t->q_hstride, r, 1, qr);
+    for (d = 0; d < c; d += 32) {
+      __m512i h = _mm512_setzero_si512();
+      if (qr[0]) h = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(qr[0] + d + 16), _mm512_loadu_ps(qr[0] + d));
+      _mm512_store_si512(Qb + r * c + d, h);
+    }
+  }
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (x = 0; x < 8; x++) {
+    cfg.rows[x] = 16;
+    cfg.colsb[x] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  for (j0 = jmin; j0 <= jmax; j0 += 32) {
+    const long kt = jmax - j0 + 1 < 32 ? jmax - j0 + 1 : 32;
+    /* k as B tiles: chunk cc of 32 dims, keys sub*16..: row kk holds each
+     * key's dims 2kk, 2kk + 1 (a 16 x 16 transpose of bf16 pairs) */
+    for (cc = 0; cc < c / 32; cc++) {
+      int sub;
+      for (sub = 0; sub < 2; sub++) {
+        __m512i kr[16];
+        for (x = 0; x < 16; x++) {
+          const long jj = sub * 16 + x;
+          const float *k = t->k + (j0 + jj) * t->k_stride + cc * 32;
+          kr[x] = jj < kt ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(k + 16), _mm512_loadu_ps(k)) : _mm512_setzero_si512();
+        }
+        transpose16_epi32(kr);
+        for (x = 0; x < 16; x++) _mm512_store_si512(Kb + ((cc * 2 + sub) * 16 + x) * 32, kr[x]);
+      }
+    }
+    /* v as B tiles: dims n16*16.., row kk holds keys 2kk and 2kk + 1 of each dim */
+    for (n16 = 0; n16 < c / 16; n16++)
+      for (x = 0; x < 16; x++) {
+        const long je = 2 * x, jo = 2 * x + 1;
+        const __m512i e = je < kt ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(t->v + (j0 + je) * t->v_stride + n16 * 16)))
+                                  : _mm512_setzero_si512();
+        const __m512i o = jo < kt ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(t->v + (j0 + jo) * t->v_stride + n16 * 16)))
+                                  : _mm512_setzero_si512();
+        _mm512_store_si512(Vb + (n16 * 16 + x) * 32, _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
+      }
+    /* scores S = q.k, two row tiles by two key tiles at a time */
+    for (rt = 0; rt < r16 / 16; rt += 2) {
+      const int two = rt + 1 < r16 / 16;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (cc = 0; cc < c / 32; cc++) {
+        _tile_loadd(4, Qb + rt * 16 * c + cc * 32, c * 2);
+        _tile_loadd(6, Kb + (cc * 2) * 16 * 32, 64);
+        _tile_loadd(7, Kb + (cc * 2 + 1) * 16 * 32, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        if (two) {
+          _tile_loadd(5, Qb + (rt + 1) * 16 * c + cc * 32, c * 2);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, S + rt * 16 * 32, 128);
+      _tile_stored(1, S + rt * 16 * 32 + 16, 128);
+      if (two) {
+        _tile_stored(2, S + (rt + 1) * 16 * 32, 128);
+        _tile_stored(3, S + (rt + 1) * 16 * 32 + 16, 128);
+      }
+    }
+    /* the online softmax of each row over these keys, in base 2 */
+    for (r = 0; r < r16; r++) {
+      const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+      __m512 sv[2], mx = _mm512_set1_ps(-INFINITY), sum;
+      __mmask16 nan_lanes = 0;
+      float rowmax, m_new, alpha;
+      int h;
+      for (h = 0; h < 2; h++) {
+        const __m512i jv = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(j0 + h * 16)));
+        const __mmask16 ok = _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32(LO[r]), _MM_CMPINT_NLT) &
+                             _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32(HI[r]), _MM_CMPINT_LE) &
+                             _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32((int)(j0 + kt)), _MM_CMPINT_LT);
+        sv[h] = _mm512_mask_blend_ps(ok, _mm512_set1_ps(-INFINITY), _mm512_mul_ps(_mm512_load_ps(S + r * 32 + h * 16), _mm512_set1_ps(s2)));
+        nan_lanes |= _mm512_cmp_ps_mask(sv[h], sv[h], _CMP_UNORD_Q);
+        mx = _mm512_max_ps(mx, sv[h]);
+      }
+      rowmax = nan_lanes ? NAN : _mm512_reduce_max_ps(mx);
+      m_new = M[r] != M[r] || rowmax != rowmax ? NAN : M[r] > rowmax ? M[r] : rowmax;
+      if (m_new == -INFINITY) { /* nothing seen yet */
+        A[r] = 1;
+        _mm512_store_si512(P + r * 32, _mm512_setzero_si512());
+        continue;
+      }
+      alpha = M[r] == -INFINITY ? 0.0f : exp2f(M[r] - m_new);
+      /* p rounded to bf16 for p.v, and summed as rounded: o = sum p v /
+       * sum p over the same p, so a row one key dominates gets that key's
+       * v whatever the rounding */
+      for (h = 0; h < 2; h++) {
+        const __m512i u = _mm512_castps_si512(exp2_neg(_mm512_sub_ps(sv[h], _mm512_set1_ps(m_new))));
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        sv[h] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))),
+                                                     _mm512_set1_epi32((int)0xffff0000u)));
+      }
+      sum = _mm512_add_ps(sv[0], sv[1]);
+      L[r] = L[r] * alpha + _mm512_reduce_add_ps(sum);
+      M[r] = m_new;
+      A[r] = alpha;
+      _mm512_store_si512(P + r * 32, (__m512i)_mm512_cvtne2ps_pbh(sv[1], sv[0]));
+    }
+    /* O = alpha O + p.v, one 16-row tile by up to four 16-dim tiles at a
+     * time: every product issued before the first result is stored */
+    for (rt = 0; rt < r16 / 16; rt++)
+      for (n16 = 0; n16 < c / 16; n16 += 4) {
+        const long nn = c / 16 - n16 < 4 ? c / 16 - n16 : 4;
+        long q;
+        const unsigned short *vb = Vb + n16 * 16 * 32;
+        _tile_loadd(4, P + rt * 16 * 32, 64);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_loadd(6, vb, 64);
+        _tile_loadd(7, vb + 16 * 32, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        if (nn == 4) {
+          _tile_zero(2);
+          _tile_zero(3);
+          _tile_loadd(6, vb + 2 * 16 * 32, 64);
+          _tile_loadd(7, vb + 3 * 16 * 32, 64);
+          _tile_dpbf16ps(2, 4, 6);
+          _tile_dpbf16ps(3, 4, 7);
+        }
+        _tile_stored(0, cb[0], 64);
+        _tile_stored(1, cb[1], 64);
+        if (nn == 4) {
+          _tile_stored(2, cb[2], 64);
+          _tile_stored(3, cb[3], 64);
+        }
+        for (r = 0; r < 16; r++) {
+          const __m512 al = _mm512_set1_ps(A[rt * 16 + r]);
+          for (q = 0; q < nn; q++) {
+            float *o = O + (rt * 16 + r) * c + (n16 + q) * 16;
+            _mm512_store_ps(o, _mm512_fmadd_ps(_mm512_load_ps(o), al, _mm512_load_ps(cb[q] + r * 16)));
+          }
+        }
+      }
+  }
+  _tile_release();
+  /* the rows out: normalised, or the empty-row rule */
+  for (r = 0; r < rows; r++) {
+    float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
+    if (M[r] == -INFINITY && L[r] == 0) {
+      attnc_prims_empty_row(t, r, o);
+      continue;
+    }
+    {
+      const __m512 inv = _mm512_set1_ps(1.0f / L[r]);
+      for (d = 0; d < c; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(inv, _mm512_load_ps(O + r * c + d)));
+    }
+  }
+}
+
 #else
 int attnc_prims_amx_ready(void) { return 0; }
 void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
@@ -242,6 +485,7 @@ void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, long n_
 {
   attnc_prims_linear_q8_generic(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
 }
+void attnc_prims_attend_bf16_amx(const attnc_tile *t) { attnc_prims_attend_generic(t); }
 void attnc_prims_linear_bf16_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                  const float *b, float *y, long y_stride)
 {

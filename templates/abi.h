@@ -135,6 +135,9 @@ typedef struct attnc_prims {
    * elements; f16: 1 for f16, 0 for bf16 */
   void (*widen16)(int f16, const void *src, float *dst, long n);
   void (*narrow16)(int f16, const float *src, void *dst, long n);
+  /* attend for a dtype=bf16 kernel: q, k, v and p may be rounded to bf16
+   * (AMX-BF16 tiles where the CPU has them), the rest as attend */
+  void (*attend_bf16)(const attnc_tile *t);
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))

@@ -513,6 +513,10 @@ static void ref_tile(const attnc_tile *t, double *out)
  * value per row, broadcast over keys (bias_j = 0: the AVX-512 gather path);
  * 2: contiguous along the query rows (bias_i = 1), rows of an odd length
  * apart, as a kernel lays out a shared bias it transposed */
+/* how many times the f32 tolerance an attend may take (attend_bf16: its
+ * inputs are made exact in bf16, and p is rounded to bf16) */
+static double attend_tol = 1;
+
 static int check_attend(const char *isa, void (*attend)(const attnc_tile *), const struct case_ *cs, int key_bias,
                         long id)
 {
@@ -533,6 +537,13 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
     const long j = n / ks; /* scores that jump, or keep growing, from one key tile to the next */
     k[n] = frand() * 2 * (cs->ramp == 1 ? (j >= 64 ? 4.0f : 1.0f) : cs->ramp == 2 ? 1.0f + (float)j / 32 : 1.0f);
     v[n] = frand();
+  }
+  if (attend_tol > 1) { /* attend_bf16: q, k and v exact in bf16, as a bf16 kernel's core inputs are */
+    for (n = 0; n < nk * ks; n++) {
+      k[n] = from_bf16(to_bf16(k[n]));
+      v[n] = from_bf16(to_bf16(v[n]));
+    }
+    for (n = 0; n < npos * qs; n++) q[n] = from_bf16(to_bf16(q[n]));
   }
   for (n = 0; n < cs->group * ld * nk; n++) bias[n] = frand();
   for (n = 0; n < nk; n++) mask[n] = frand() > -0.4f;
@@ -577,7 +588,7 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
     for (d = 0; d < c; d++) {
       double got = o[r * c + d], w = want[r * c + d], e;
       if (isnan(w) || isnan(got)) e = (isnan(w) && isnan(got)) ? 0 : INFINITY;
-      else e = fabs(got - w) / (1e-5 + 1e-4 * fabs(w));
+      else e = fabs(got - w) / (attend_tol * (1e-5 + 1e-4 * fabs(w)));
       if (e > worst) worst = e;
     }
   if (worst > 1)
@@ -643,6 +654,44 @@ static void test_prims_attend(void **state)
   assert_int_equal(fails, 0);
 }
 
+/* attend_bf16 on AMX: the tiles it takes (16 rows or more, head dim a
+ * multiple of 32, no bias, mask or key split) across row and key counts,
+ * GQA groups, causal and window ranges, empty rows and the key tail,
+ * against the float64 tile on q, k and v exact in bf16, held to 200 times
+ * the f32 tolerance (p rounded to bf16; a misplaced element errs by far
+ * more) */
+static void test_prims_attend_bf16(void **state)
+{
+  static const long rows_[] = { 16, 17, 33, 64, 200 }, c_[] = { 32, 64, 128 }, nk_[] = { 1, 31, 32, 33, 100 };
+  size_t a, b2, c2;
+  int fails = 0;
+  long id = 0;
+  (void)state;
+  if (!(have_avx512() && attnc_prims_amx_ready())) {
+    printf("SKIP amx attend_bf16: this CPU or kernel gives no AMX-BF16 tiles (attend_bf16 is attend there)\n");
+    return;
+  }
+  attend_tol = 200;
+  for (a = 0; a < sizeof rows_ / sizeof rows_[0]; a++)
+    for (b2 = 0; b2 < sizeof c_ / sizeof c_[0]; b2++)
+      for (c2 = 0; c2 < sizeof nk_ / sizeof nk_[0]; c2++, id++) {
+        /* alternate: plain; GQA group 4 with a causal end; a window with NaN empties */
+        const int kind = (int)(id % 3);
+        struct case_ cs;
+        memset(&cs, 0, sizeof cs);
+        cs.rows = rows_[a];
+        cs.group = kind == 1 ? 4 : 1;
+        cs.c = c_[b2];
+        cs.nk = nk_[c2];
+        cs.splits = 1;
+        if (kind == 1) { cs.has_hi = 1; cs.hi_off = 2; }
+        if (kind == 2) { cs.has_lo = 1; cs.lo_off = -3; cs.has_hi = 1; cs.hi_off = 0; cs.i0 = 5; cs.empty = 2; }
+        fails += !check_attend("amx", attnc_prims_attend_bf16_amx, &cs, 1, id);
+      }
+  attend_tol = 1;
+  assert_int_equal(fails, 0);
+}
+
 static int check_sigmoid_mul(const char *isa, void (*f)(const float *, float *, long))
 {
   float g[37], o[37], o2[37];
@@ -682,6 +731,7 @@ int main(void)
     cmocka_unit_test(test_prims_linear_bf16),
     cmocka_unit_test(test_prims_convert16),
     cmocka_unit_test(test_prims_attend),
+    cmocka_unit_test(test_prims_attend_bf16),
     cmocka_unit_test(test_prims_sigmoid_mul),
   };
   printf("primitives in use: %s\n", attnc_prims_get()->isa);
