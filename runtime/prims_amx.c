@@ -277,8 +277,8 @@ AMX static inline __m512 exp2_neg(__m512 x)
 }
 
 /* attend_bf16 on the tiles: a tile of 16 rows or more, head dim a multiple
- * of 32 (up to 256), with no bias, mask or key split (the rest go to the
- * f32 primitive).  q, k and v are rounded to bf16 (exact for a bf16
+ * of 32 (up to 256), a bias and mask (if any) contiguous along the keys,
+ * no softcap or key split (the rest go to the f32 primitive).  q, k and v are rounded to bf16 (exact for a bf16
  * kernel's core inputs; a projection's output as PyTorch rounds it), the
  * scores and p.v are summed in f32 by the tiles, the online softmax runs
  * in f32 over blocks of 32 keys, and p is rounded to bf16 for p.v (as
@@ -298,8 +298,9 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
   const float cap2 = t->softcap > 0 ? t->softcap * ATTNC_LOG2E : 0.0f;
   tile_config cfg;
   int x;
-  if (rows < 16 || rows > 256 || t->bias || t->mask || t->m_out || c % 32 || c > 256 || cap2 > 0 ||
-      !attnc_prims_fits_lanes(t)) {
+  const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
+  if (rows < 16 || rows > 256 || (t->bias && t->bias_j != 1) || (t->mask && t->mask_j != 1) || t->m_out || c % 32 ||
+      c > 256 || cap2 > 0 || !attnc_prims_fits_lanes(t)) {
     attnc_prims_attend_avx512(t);
     return;
   }
@@ -396,10 +397,16 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
       int h;
       for (h = 0; h < 2; h++) {
         const __m512i jv = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(j0 + h * 16)));
-        const __mmask16 ok = _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32(LO[r]), _MM_CMPINT_NLT) &
-                             _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32(HI[r]), _MM_CMPINT_LE) &
-                             _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32((int)(j0 + kt)), _MM_CMPINT_LT);
-        sv[h] = _mm512_mask_blend_ps(ok, _mm512_set1_ps(-INFINITY), _mm512_mul_ps(_mm512_load_ps(S + r * 32 + h * 16), _mm512_set1_ps(s2)));
+        __mmask16 ok = _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32(LO[r]), _MM_CMPINT_NLT) &
+                       _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32(HI[r]), _MM_CMPINT_LE) &
+                       _mm512_cmp_epi32_mask(jv, _mm512_set1_epi32((int)(j0 + kt)), _MM_CMPINT_LT);
+        __m512 sc = _mm512_mul_ps(_mm512_load_ps(S + r * 32 + h * 16), _mm512_set1_ps(s2));
+        if (t->mask && ok) /* the key mask, contiguous along the keys */
+          ok &= _mm512_cmp_epi32_mask(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(ok, t->mask + j0 + h * 16)),
+                                      _mm512_setzero_si512(), _MM_CMPINT_NE);
+        if (bias0 && ok) /* the bias, contiguous along the keys, in base 2 */
+          sc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(ok, bias0 + BO[r] + j0 + h * 16), _mm512_set1_ps(ATTNC_LOG2E), sc);
+        sv[h] = _mm512_mask_blend_ps(ok, _mm512_set1_ps(-INFINITY), sc);
         nan_lanes |= _mm512_cmp_ps_mask(sv[h], sv[h], _CMP_UNORD_Q);
         mx = _mm512_max_ps(mx, sv[h]);
       }

@@ -655,8 +655,8 @@ static void test_prims_attend(void **state)
 }
 
 /* attend_bf16 on AMX: the tiles it takes (16 rows or more, head dim a
- * multiple of 32, no bias, mask or key split) across row and key counts,
- * GQA groups, causal and window ranges, empty rows and the key tail,
+ * multiple of 32, no key split) across row and key counts, GQA groups,
+ * causal and window ranges, empty rows, a bias and mask and the key tail,
  * against the float64 tile on q, k and v exact in bf16, held to 200 times
  * the f32 tolerance (p rounded to bf16; a misplaced element errs by far
  * more) */
@@ -675,8 +675,9 @@ static void test_prims_attend_bf16(void **state)
   for (a = 0; a < sizeof rows_ / sizeof rows_[0]; a++)
     for (b2 = 0; b2 < sizeof c_ / sizeof c_[0]; b2++)
       for (c2 = 0; c2 < sizeof nk_ / sizeof nk_[0]; c2++, id++) {
-        /* alternate: plain; GQA group 4 with a causal end; a window with NaN empties */
-        const int kind = (int)(id % 3);
+        /* alternate: plain; GQA group 4 with a causal end; a window with NaN
+         * empties; a bias along the keys with a key mask */
+        const int kind = (int)(id % 4);
         struct case_ cs;
         memset(&cs, 0, sizeof cs);
         cs.rows = rows_[a];
@@ -686,6 +687,7 @@ static void test_prims_attend_bf16(void **state)
         cs.splits = 1;
         if (kind == 1) { cs.has_hi = 1; cs.hi_off = 2; }
         if (kind == 2) { cs.has_lo = 1; cs.lo_off = -3; cs.has_hi = 1; cs.hi_off = 0; cs.i0 = 5; cs.empty = 2; }
+        if (kind == 3) { cs.bias = 1; cs.mask = 1; cs.group = 2; cs.i0 = 3; }
         fails += !check_attend("amx", attnc_prims_attend_bf16_amx, &cs, 1, id);
       }
   attend_tol = 1;
