@@ -277,8 +277,9 @@ AMX static inline __m512 exp2_neg(__m512 x)
 }
 
 /* attend_bf16 on the tiles: a tile of 16 rows or more, head dim a multiple
- * of 32 (up to 256), a bias and mask (if any) contiguous along the keys,
- * no softcap or key split (the rest go to the f32 primitive).  q, k and v are rounded to bf16 (exact for a bf16
+ * of 32 (up to 256), a bias contiguous along the keys or (one head) the
+ * rows, a mask contiguous along the keys, no softcap or key split (the
+ * rest go to the f32 primitive).  q, k and v are rounded to bf16 (exact for a bf16
  * kernel's core inputs; a projection's output as PyTorch rounds it), the
  * scores and p.v are summed in f32 by the tiles, the online softmax runs
  * in f32 over blocks of 32 keys, and p is rounded to bf16 for p.v (as
@@ -299,8 +300,12 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
   tile_config cfg;
   int x;
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
-  if (rows < 16 || rows > 256 || (t->bias && t->bias_j != 1) || (t->mask && t->mask_j != 1) || t->m_out || c % 32 ||
-      c > 256 || cap2 > 0 || !attnc_prims_fits_lanes(t)) {
+  /* a bias contiguous along the keys (bias_j = 1) goes in row by row; one
+   * contiguous along the query rows (a kernel's transposed shared bias,
+   * one head per tile) by 16 x 16 transposes */
+  const int bias_rows = t->bias && t->bias_j == 1, bias_cols = t->bias && !bias_rows && t->bias_i == 1 && t->q_group == 1;
+  if (rows < 16 || rows > 256 || (t->bias && !bias_rows && !bias_cols) || (t->mask && t->mask_j != 1) || t->m_out ||
+      c % 32 || c > 256 || cap2 > 0 || s2 == 0 || !attnc_prims_fits_lanes(t)) {
     attnc_prims_attend_avx512(t);
     return;
   }
@@ -388,6 +393,23 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
         _tile_stored(3, S + (rt + 1) * 16 * 32 + 16, 128);
       }
     }
+    if (bias_cols) /* S[r][jj] += bias[r + (j0 + jj) * bias_j] (base 2), 16 rows by 16 keys at a time */
+      for (rt = 0; rt < r16 / 16; rt++) {
+        const long live = rows - rt * 16;
+        const __mmask16 lm = live >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << live) - 1u);
+        int h;
+        for (h = 0; h < 2; h++) {
+          __m512i bv[16];
+          for (x = 0; x < 16; x++)
+            bv[x] = h * 16 + x < kt ? _mm512_castps_si512(_mm512_maskz_loadu_ps(lm, bias0 + (j0 + h * 16 + x) * t->bias_j + rt * 16))
+                                    : _mm512_setzero_si512();
+          transpose16_epi32(bv);
+          for (x = 0; x < 16; x++) {
+            float *sr = S + (rt * 16 + x) * 32 + h * 16;
+            _mm512_store_ps(sr, _mm512_fmadd_ps(_mm512_castsi512_ps(bv[x]), _mm512_set1_ps(ATTNC_LOG2E / s2), _mm512_load_ps(sr)));
+          }
+        }
+      }
     /* the online softmax of each row over these keys, in base 2 */
     for (r = 0; r < r16; r++) {
       const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -404,7 +426,7 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
         if (t->mask && ok) /* the key mask, contiguous along the keys */
           ok &= _mm512_cmp_epi32_mask(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(ok, t->mask + j0 + h * 16)),
                                       _mm512_setzero_si512(), _MM_CMPINT_NE);
-        if (bias0 && ok) /* the bias, contiguous along the keys, in base 2 */
+        if (bias_rows && ok) /* the bias, contiguous along the keys, in base 2 */
           sc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(ok, bias0 + BO[r] + j0 + h * 16), _mm512_set1_ps(ATTNC_LOG2E), sc);
         sv[h] = _mm512_mask_blend_ps(ok, _mm512_set1_ps(-INFINITY), sc);
         nan_lanes |= _mm512_cmp_ps_mask(sv[h], sv[h], _CMP_UNORD_Q);

@@ -689,6 +689,10 @@ static void test_prims_attend_bf16(void **state)
         if (kind == 2) { cs.has_lo = 1; cs.lo_off = -3; cs.has_hi = 1; cs.hi_off = 0; cs.i0 = 5; cs.empty = 2; }
         if (kind == 3) { cs.bias = 1; cs.mask = 1; cs.group = 2; cs.i0 = 3; }
         fails += !check_attend("amx", attnc_prims_attend_bf16_amx, &cs, 1, id);
+        if (kind == 3) { /* the bias laid out along the rows, one head */
+          cs.group = 1;
+          fails += !check_attend("amx", attnc_prims_attend_bf16_amx, &cs, 2, id);
+        }
       }
   attend_tol = 1;
   assert_int_equal(fails, 0);
