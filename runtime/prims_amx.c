@@ -74,20 +74,11 @@ AMX static void rows_to_bf16(const float *x, long mr, long x_stride, long n_in, 
   }
 }
 
-AMX void attnc_prims_linear_bf16_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
-                                     const float *b, float *y, long y_stride)
+/* the tiles for the linears: 16 rows of 64 bytes for all eight */
+AMX static void load_tiles(void)
 {
-  const long k32 = (n_in + 31) / 32 * 32, panels = (n_out + NR - 1) / NR;
-  float cb[32 * 32] __attribute__((aligned(64)));
-  unsigned short *xb = NULL;
   tile_config cfg;
-  long r0, p, kc, r;
   int t;
-  /* few rows (decoding) are bound by the weights' bytes: no tiles for them */
-  if (rows < 16 || posix_memalign((void **)&xb, 64, sizeof(unsigned short) * 32 * (size_t)k32) != 0) {
-    attnc_prims_linear_bf16_avx512(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
-    return;
-  }
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
   for (t = 0; t < 8; t++) {
@@ -95,47 +86,76 @@ AMX void attnc_prims_linear_bf16_amx(const float *x, long rows, long x_stride, l
     cfg.colsb[t] = 64;
   }
   _tile_loadconfig(&cfg);
-  /* tiles 0-3: the 32 x 32 sums (rows 0-15 and 16-31, outputs 0-15 and
-   * 16-31); 4, 5: x's two 16-row halves; 6, 7: the panel's two halves */
+}
+
+/* cb (32 x 32 f32) = mr (<= 32) rows of xr (bf16, k32 apart) times a
+ * panel's B tiles (pair kk's 128 bytes at wp + kk * 128): tiles 0-3 the
+ * sums (rows 0-15 and 16-31 by outputs 0-15 and 16-31), 4 and 5 x's two
+ * 16-row halves, 6 and 7 the panel's two halves */
+AMX static void panel_block(const unsigned short *xr, long k32, const unsigned char *wp, long mr, float *cb)
+{
+  long kc;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (kc = 0; kc < k32; kc += 32) {
+    _tile_loadd(4, xr + kc, k32 * 2);
+    _tile_loadd(6, wp + kc / 2 * 128, 128);
+    _tile_loadd(7, wp + kc / 2 * 128 + 64, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if (mr > 16) {
+      _tile_loadd(5, xr + 16 * k32 + kc, k32 * 2);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, cb, 128);
+  _tile_stored(1, cb + 16, 128);
+  if (mr > 16) {
+    _tile_stored(2, cb + 16 * 32, 128);
+    _tile_stored(3, cb + 16 * 32 + 16, 128);
+  }
+}
+
+/* y's rows r0 .. r0 + mr - 1, columns p * 32 .. (nv of them) = cb * scale
+ * (NULL: 1) + b */
+AMX static void panel_out(const float *cb, long mr, long nv, const float *scale, const float *b, float *y, long y_stride)
+{
+  const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
+  const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
+  const __m512 s0 = scale ? _mm512_loadu_ps(scale) : _mm512_set1_ps(1.0f);
+  const __m512 s1 = scale ? _mm512_loadu_ps(scale + 16) : _mm512_set1_ps(1.0f);
+  const __m512 c0 = b ? _mm512_maskz_loadu_ps(m0, b) : _mm512_setzero_ps();
+  const __m512 c1 = b ? _mm512_maskz_loadu_ps(m1, b + 16) : _mm512_setzero_ps();
+  long r;
+  for (r = 0; r < mr; r++) {
+    _mm512_mask_storeu_ps(y + r * y_stride, m0, _mm512_fmadd_ps(_mm512_load_ps(cb + r * 32), s0, c0));
+    _mm512_mask_storeu_ps(y + r * y_stride + 16, m1, _mm512_fmadd_ps(_mm512_load_ps(cb + r * 32 + 16), s1, c1));
+  }
+}
+
+AMX void attnc_prims_linear_bf16_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                     const float *b, float *y, long y_stride)
+{
+  const long k32 = (n_in + 31) / 32 * 32, panels = (n_out + NR - 1) / NR;
+  float cb[32 * 32] __attribute__((aligned(64)));
+  unsigned short *xb = NULL;
+  long r0, p;
+  /* few rows (decoding) are bound by the weights' bytes: no tiles for them */
+  if (rows < 16 || posix_memalign((void **)&xb, 64, sizeof(unsigned short) * 32 * (size_t)k32) != 0) {
+    attnc_prims_linear_bf16_avx512(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
+    return;
+  }
+  load_tiles();
   for (r0 = 0; r0 < rows; r0 += 32) {
     const long mr = rows - r0 < 32 ? rows - r0 : 32;
     rows_to_bf16(x + r0 * x_stride, mr, x_stride, n_in, k32, xb);
     for (p = 0; p < panels; p++) {
-      const unsigned char *wp = (const unsigned char *)packed + p * ATTNC_BF16_PANEL(n_in);
-      const long nv = n_out - p * NR < NR ? n_out - p * NR : NR;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (kc = 0; kc < k32; kc += 32) {
-        _tile_loadd(4, xb + kc, k32 * 2);
-        _tile_loadd(6, wp + kc / 2 * 128, 128);
-        _tile_loadd(7, wp + kc / 2 * 128 + 64, 128);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        if (mr > 16) {
-          _tile_loadd(5, xb + 16 * k32 + kc, k32 * 2);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-      }
-      _tile_stored(0, cb, 128);
-      _tile_stored(1, cb + 16, 128);
-      if (mr > 16) {
-        _tile_stored(2, cb + 16 * 32, 128);
-        _tile_stored(3, cb + 16 * 32 + 16, 128);
-      }
-      {
-        const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
-        const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
-        const __m512 c0 = b ? _mm512_maskz_loadu_ps(m0, b + p * NR) : _mm512_setzero_ps();
-        const __m512 c1 = b ? _mm512_maskz_loadu_ps(m1, b + p * NR + 16) : _mm512_setzero_ps();
-        for (r = 0; r < mr; r++) {
-          float *yr = y + (r0 + r) * y_stride + p * NR;
-          _mm512_mask_storeu_ps(yr, m0, _mm512_add_ps(_mm512_load_ps(cb + r * 32), c0));
-          _mm512_mask_storeu_ps(yr + 16, m1, _mm512_add_ps(_mm512_load_ps(cb + r * 32 + 16), c1));
-        }
-      }
+      panel_block(xb, k32, (const unsigned char *)packed + p * ATTNC_BF16_PANEL(n_in), mr, cb);
+      panel_out(cb, mr, n_out - p * NR < NR ? n_out - p * NR : NR, NULL, b ? b + p * NR : NULL, y + r0 * y_stride + p * NR,
+                y_stride);
     }
   }
   _tile_release();
@@ -155,9 +175,7 @@ AMX void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, lon
   const long k32 = (n_in + 31) / 32 * 32, panels = (n_out + NR - 1) / NR, nblk = (rows + 31) / 32;
   float cb[32 * 32] __attribute__((aligned(64)));
   unsigned short *xb = NULL, *wb = NULL;
-  tile_config cfg;
-  long r0, p, kc, r, kk;
-  int t;
+  long r0, p, kk;
   if (rows < 16 || posix_memalign((void **)&xb, 64, sizeof(unsigned short) * 32 * (size_t)(nblk * k32)) != 0) {
     attnc_prims_linear_q8_avx512(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
     return;
@@ -169,23 +187,10 @@ AMX void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, lon
   }
   for (r0 = 0; r0 < rows; r0 += 32)
     rows_to_bf16(x + r0 * x_stride, rows - r0 < 32 ? rows - r0 : 32, x_stride, n_in, k32, xb + r0 * k32);
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (t = 0; t < 8; t++) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;
-  }
-  _tile_loadconfig(&cfg);
+  load_tiles();
   for (p = 0; p < panels; p++) {
     const unsigned char *panel = (const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in);
-    const float *scale = (const float *)panel;
     const signed char *wq = (const signed char *)(panel + NR * sizeof(float));
-    const long nv = n_out - p * NR < NR ? n_out - p * NR : NR;
-    const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
-    const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
-    const __m512 s0 = _mm512_loadu_ps(scale), s1 = _mm512_loadu_ps(scale + 16);
-    const __m512 c0 = b ? _mm512_maskz_loadu_ps(m0, b + p * NR) : _mm512_setzero_ps();
-    const __m512 c1 = b ? _mm512_maskz_loadu_ps(m1, b + p * NR + 16) : _mm512_setzero_ps();
     /* the panel as B tiles: pair kk, output n holds bf16(q[n][2kk]) and
      * bf16(q[n][2kk + 1]) in one 32-bit lane (zero past n_in) */
     for (kk = 0; kk < k32 / 2; kk++) {
@@ -201,34 +206,9 @@ AMX void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, lon
     }
     for (r0 = 0; r0 < rows; r0 += 32) {
       const long mr = rows - r0 < 32 ? rows - r0 : 32;
-      const unsigned short *xr = xb + r0 * k32;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (kc = 0; kc < k32; kc += 32) {
-        _tile_loadd(4, xr + kc, k32 * 2);
-        _tile_loadd(6, wb + kc / 2 * 64, 128);
-        _tile_loadd(7, wb + kc / 2 * 64 + 32, 128);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        if (mr > 16) {
-          _tile_loadd(5, xr + 16 * k32 + kc, k32 * 2);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-      }
-      _tile_stored(0, cb, 128);
-      _tile_stored(1, cb + 16, 128);
-      if (mr > 16) {
-        _tile_stored(2, cb + 16 * 32, 128);
-        _tile_stored(3, cb + 16 * 32 + 16, 128);
-      }
-      for (r = 0; r < mr; r++) {
-        float *yr = y + (r0 + r) * y_stride + p * NR;
-        _mm512_mask_storeu_ps(yr, m0, _mm512_fmadd_ps(_mm512_load_ps(cb + r * 32), s0, c0));
-        _mm512_mask_storeu_ps(yr + 16, m1, _mm512_fmadd_ps(_mm512_load_ps(cb + r * 32 + 16), s1, c1));
-      }
+      panel_block(xb + r0 * k32, k32, (const unsigned char *)wb, mr, cb);
+      panel_out(cb, mr, n_out - p * NR < NR ? n_out - p * NR : NR, (const float *)panel, b ? b + p * NR : NULL,
+                y + r0 * y_stride + p * NR, y_stride);
     }
   }
   _tile_release();
@@ -297,7 +277,6 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
   float cb[4][16 * 16] __attribute__((aligned(64)));
   const float s2 = t->scale * ATTNC_LOG2E;
   const float cap2 = t->softcap > 0 ? t->softcap * ATTNC_LOG2E : 0.0f;
-  tile_config cfg;
   int x;
   const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
   /* a bias contiguous along the keys (bias_j = 1) goes in row by row; one
@@ -333,13 +312,7 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
       _mm512_store_si512(Qb + r * c + d, h);
     }
   }
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (x = 0; x < 8; x++) {
-    cfg.rows[x] = 16;
-    cfg.colsb[x] = 64;
-  }
-  _tile_loadconfig(&cfg);
+  load_tiles();
   for (j0 = jmin; j0 <= jmax; j0 += 32) {
     const long kt = jmax - j0 + 1 < 32 ? jmax - j0 + 1 : 32;
     /* k as B tiles: chunk cc of 32 dims, keys sub*16..: row kk holds each
