@@ -17,8 +17,12 @@
  * bf16 products added into each of 16 f32 lanes: 64 FLOPs an instruction)
  * as "bf16_gflops", and AVX512-VNNI's vpdpbusd (four u8 x s8 products into
  * each of 16 i32 lanes: 128 operations) as "vnni_gops"; null where the
- * CPU lacks them. */
+ * CPU lacks them.  Where the CPU has AMX-BF16 and Linux grants the tiles,
+ * "amx_bf16_gflops" is tdpbf16ps's (16 x 16 f32 sums of 32 bf16 products
+ * each: 16384 FLOPs an instruction), four independent accumulator tiles;
+ * the bf16 kernels' projections and attention use it (runtime/prims_amx.c). */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* syscall, for the AMX grant */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -107,6 +111,56 @@ __attribute__((target("avx512f,avx512vnni"))) static float run_vnni(void)
   return (float)_mm512_reduce_add_epi32(s);
 }
 
+/* tdpbf16ps on four accumulator tiles from two A and two B tiles, ITERS / 64 times */
+#if defined(__GNUC__) && !defined(__clang__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <string.h>
+struct amx_cfg { unsigned char palette, start_row, reserved[14]; unsigned short colsb[16]; unsigned char rows[16]; };
+__attribute__((target("amx-tile,amx-bf16"))) static float run_amx(void)
+{
+  static unsigned short a[16 * 32], b[16 * 32];
+  float c[16 * 16];
+  struct amx_cfg cfg;
+  long k;
+  int i;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (i = 0; i < 8; i++) {
+    cfg.rows[i] = 16;
+    cfg.colsb[i] = 64;
+  }
+  for (i = 0; i < 16 * 32; i++) a[i] = b[i] = 0x3a83; /* 1e-3 in bf16 */
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, a, 64);
+  _tile_loadd(6, b, 64);
+  _tile_loadd(7, b, 64);
+  for (k = 0; k < ITERS / 64; k++) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+
+/* AMX-BF16 and AMX-TILE (CPUID 7: EDX bits 22, 24) and Linux's grant of the tile data */
+static int amx_usable(void)
+{
+  unsigned a, b, c, d;
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  if (!((d >> 22) & 1) || !((d >> 24) & 1)) return 0;
+  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+#endif
+
 static int lanes;
 static float (*kernel)(void);
 static volatile float sink;
@@ -148,7 +202,7 @@ int main(int argc, char **argv)
 {
   int threads = argc > 1 ? atoi(argv[1]) : 1;
   double best;
-  char bf16[32] = "null", vnni[32] = "null";
+  char bf16[32] = "null", vnni[32] = "null", amx[32] = "null";
   if (threads < 1 || threads > 256) {
     fprintf(stderr, "usage: fma_peak [THREADS 1..256]\n");
     return 2;
@@ -165,7 +219,11 @@ int main(int argc, char **argv)
     snprintf(bf16, sizeof bf16, "%.1f", peak(threads, run_bf16, 64.0 * CHAINS * (double)ITERS));
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"))
     snprintf(vnni, sizeof vnni, "%.1f", peak(threads, run_vnni, 128.0 * CHAINS * (double)ITERS));
-  printf("{\"threads\": %d, \"gflops\": %.1f, \"lanes\": %d, \"isa\": \"%s\", \"bf16_gflops\": %s, \"vnni_gops\": %s}\n",
-         threads, best, lanes, lanes == 16 ? "avx512" : "avx2", bf16, vnni);
+#if defined(__GNUC__) && !defined(__clang__)
+  if (amx_usable()) snprintf(amx, sizeof amx, "%.1f", peak(threads, run_amx, 4.0 * 16384.0 * (double)(ITERS / 64)));
+#endif
+  printf("{\"threads\": %d, \"gflops\": %.1f, \"lanes\": %d, \"isa\": \"%s\", \"bf16_gflops\": %s, \"vnni_gops\": %s, "
+         "\"amx_bf16_gflops\": %s}\n",
+         threads, best, lanes, lanes == 16 ? "avx512" : "avx2", bf16, vnni, amx);
   return 0;
 }

@@ -216,7 +216,8 @@ if [ -z "${BENCH_PEAK_GFLOPS:-}" ]; then
   if [ -n "$PEAK" ]; then echo "FMA peak, $THREADS thread(s), measured by $PEAK_BIN: ${PEAK_BEFORE:-?} GFLOP/s before the suite, ${PEAK_AFTER:-?} after (the higher counts)"
   else echo "bench: warning: $PEAK_BIN did not run (make $PEAK_BIN); the peak is the issue's 250 GFLOP/s per thread" >&2; fi
   VNNI=$(echo "$PEAK_JSON" | json_num vnni_gops)
-  [ -n "$PEAK_JSON" ] && echo "16- and 8-bit dot-product peaks, $THREADS thread(s), before the suite: bf16 (vdpbf16ps) ${BF16_BEFORE:-none: no AVX512-BF16} GFLOP/s, int8 (vpdpbusd) ${VNNI:-none: no AVX512-VNNI} GOP/s"
+  AMX=$(echo "$PEAK_JSON" | json_num amx_bf16_gflops)
+  [ -n "$PEAK_JSON" ] && echo "16- and 8-bit dot-product peaks, $THREADS thread(s), before the suite: bf16 (vdpbf16ps) ${BF16_BEFORE:-none: no AVX512-BF16} GFLOP/s, int8 (vpdpbusd) ${VNNI:-none: no AVX512-VNNI} GOP/s, AMX bf16 (tdpbf16ps, which the bf16 kernels use where present) ${AMX:-none: no AMX-BF16 tiles} GFLOP/s"
   # A reading at N threads below 0.8 x N one-thread peaks means the
   # threads did not get N cores while it ran: then N one-thread peaks
   # count instead, so that core B's share is not flattered.
