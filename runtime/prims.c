@@ -189,6 +189,61 @@ void attnc_prims_attend_generic(const attnc_tile *t)
   }
 }
 
+float attnc_prims_kv_elem(int kv_type, const void *row, long d)
+{
+  if (kv_type == ATTNC_KV_BF16) {
+    union { unsigned u; float f; } w;
+    w.u = (unsigned)((const unsigned short *)row)[d] << 16;
+    return w.f;
+  }
+  return (float)((const signed char *)row)[d];
+}
+
+/* attend_generic's loop, each key and value element widened as it is
+ * read; an int8 row's scale multiplies its dot product and its
+ * probability, not each element. */
+void attnc_prims_attend_kv_generic(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                   const void *v, const float *v_scale)
+{
+  const long esize = kv_type == ATTNC_KV_BF16 ? 2 : 1;
+  long rows = t->rows, c = t->c, r, j, d;
+  for (r = 0; r < rows; r++) {
+    long i = t->i0 + r / t->q_group, hh = r % t->q_group, lo, hi;
+    const float *q = t->q + (r / t->q_group) * t->q_stride + hh * t->q_hstride;
+    float *o = row_out(t, r), m = -INFINITY, l = 0;
+    attnc_prims_row_range(t, r, &lo, &hi);
+    for (d = 0; d < c; d++) o[d] = 0;
+    for (j = lo; j <= hi; j++) {
+      const char *kr = (const char *)k + j * t->k_stride * esize, *vr = (const char *)v + j * t->v_stride * esize;
+      float s = 0, p, pv;
+      if (t->mask && !t->mask[j * t->mask_j]) continue;
+      for (d = 0; d < c; d++) s += q[d] * attnc_prims_kv_elem(kv_type, kr, d);
+      if (kv_type == ATTNC_KV_INT8) s *= k_scale[j];
+      s *= t->scale;
+      if (t->bias) s += t->bias[hh * t->bias_h + i * t->bias_i + j * t->bias_j];
+      if (s != s && m == -INFINITY) m = s; /* a NaN score: the row is NaN, not empty */
+      if (s > m) {
+        float alpha = expf(m - s); /* 0 when m was -inf */
+        l *= alpha;
+        for (d = 0; d < c; d++) o[d] *= alpha;
+        m = s;
+      }
+      p = expf(s - m);
+      l += p;
+      pv = kv_type == ATTNC_KV_INT8 ? p * v_scale[j] : p;
+      for (d = 0; d < c; d++) o[d] += pv * attnc_prims_kv_elem(kv_type, vr, d);
+    }
+    if (t->m_out) {
+      t->m_out[r] = m;
+      t->l_out[r] = l;
+    } else if (m != -INFINITY) {
+      for (d = 0; d < c; d++) o[d] /= l;
+    } else {
+      attnc_prims_empty_row(t, r, o);
+    }
+  }
+}
+
 void attnc_prims_combine_generic(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l)
 {
   long r, s, d, rows = t->rows, c = t->c;
@@ -427,6 +482,7 @@ static void choose(void)
   table.linear_heads_bf16 = attnc_prims_linear_heads_bf16;
   table.widen16 = attnc_prims_widen16_generic;
   table.narrow16 = attnc_prims_narrow16_generic;
+  table.attend_kv = attnc_prims_attend_kv_generic;
 #if defined(__x86_64__) && defined(__GNUC__)
   /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
   const int generic_only = force && strcmp(force, "generic") == 0;
@@ -457,6 +513,7 @@ static void choose(void)
 #endif
     table.attend = attnc_prims_attend_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
+    table.attend_kv = attnc_prims_attend_kv_avx512;
   } else if (!generic_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     table.isa = "avx2";
     table.linear = attnc_prims_linear_avx2;
@@ -469,6 +526,7 @@ static void choose(void)
     }
     table.attend = attnc_prims_attend_avx2;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
+    table.attend_kv = NULL; /* no AVX2 version yet: the kernel widens the rows and runs attend */
   }
 #endif
   /* a bf16 kernel's attention: on the tiles with the AMX linear, else attend */

@@ -95,6 +95,10 @@ void attnc_prims_linear_generic(const float *x, long rows, long x_stride, long n
                                 const float *b, float *y, long y_stride);
 void attnc_prims_attend_generic(const attnc_tile *t);
 long attnc_prims_attend_work(long rows, long c);
+/* attend_kv (abi.h): the portable version, and element d of a cache row as f32 (int8: unscaled) */
+void attnc_prims_attend_kv_generic(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                   const void *v, const float *v_scale);
+float attnc_prims_kv_elem(int kv_type, const void *row, long d);
 void attnc_prims_combine_generic(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
 void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n);
 void attnc_prims_linear_heads_generic(const float *x, long rows, long x_stride, long n_in, const float *packed,
@@ -154,6 +158,8 @@ void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_
                                const float *b, float *y, long y_stride);
 void attnc_prims_attend_avx512(const attnc_tile *t);
 void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n);
+void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                  const void *v, const float *v_scale);
 void attnc_prims_linear_heads_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed,
                                      long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
                                      long head_stride);

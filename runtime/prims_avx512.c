@@ -1202,3 +1202,238 @@ void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n)
   }
   for (; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
+
+/* ---- attention over a KV cache stored as bf16 or int8 (decoding) ----
+ *
+ * attend_cols' direct path (few rows, scores along the keys) with the
+ * keys and values read as they are stored and widened in registers, so
+ * that a decoding step over a long cache reads half (bf16) or a quarter
+ * (int8) of the bytes of an f32 cache, and the next key tile is asked
+ * for while this one is scored, as qk_direct does.
+ *
+ * bf16: 32 values are loaded as 16 dwords, each holding an even value in
+ * its low half and the odd one after it in its high half: a shift by 16
+ * widens the even values and a mask the odd ones, one op per 16 values.
+ * The queries and the output rows are kept in that order (per 32 values,
+ * the 16 even ones, then the 16 odd ones) and put back in order at the
+ * end.  int8: 16 values sign-extended to dwords and converted; a row's
+ * scale multiplies its scores (k) and its probabilities (v), not each
+ * value. */
+
+/* Vector u (of nv) of a cache row as f32: the last vector's lanes past c
+ * read nothing and are 0 (m32: the last 32 bf16 values' mask, m16: the
+ * last 16 int8 values'). */
+INLINE __m512 kv_vec(const int KVT, const char *row, long u, long nv, __mmask32 m32, __mmask16 m16)
+{
+  if (KVT == ATTNC_KV_BF16) {
+    const short *p = (const short *)row + (u >> 1) * 32;
+    const __m512i x = u >= nv - 2 ? _mm512_maskz_loadu_epi16(m32, p) : _mm512_loadu_si512(p);
+    return _mm512_castsi512_ps((u & 1) ? _mm512_and_si512(x, _mm512_set1_epi32(-65536)) : _mm512_slli_epi32(x, 16));
+  } else {
+    const signed char *p = (const signed char *)row + u * 16;
+    const __m128i b = u == nv - 1 ? _mm_maskz_loadu_epi8(m16, p) : _mm_loadu_si128((const __m128i *)p);
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  }
+}
+
+/* qkd_kernel on stored keys, kb bytes apart. */
+INLINE void qkd_kv_kernel(const int KVT, const int NK, const int MR, long nv, const float *Q, long cp, const char *k,
+                          long kb, float *S, __mmask32 m32, __mmask16 m16)
+{
+  __m512 acc[4][4], sums;
+  long v;
+  int i, r;
+  for (r = 0; r < 4; r++)
+    for (i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
+  for (v = 0; v < nv; v++) {
+    __m512 kv[4];
+    for (i = 0; i < NK; i++) kv[i] = kv_vec(KVT, k + i * kb, v, nv, m32, m16);
+    for (r = 0; r < MR; r++) {
+      const __m512 q = _mm512_load_ps(Q + r * cp + v * 16);
+      for (i = 0; i < NK; i++) acc[r][i] = _mm512_fmadd_ps(q, kv[i], acc[r][i]);
+    }
+  }
+  sums = hsum4x4(acc);
+  for (r = 0; r < MR; r++) _mm_mask_storeu_ps(S + r * KT, (__mmask8)((1u << NK) - 1u), _mm512_extractf32x4_ps(sums, r));
+}
+
+/* The rows [j0, j1) of the next key tile (n rows), each row's lines of k
+ * and of v, into L2 (see prefetch_next). */
+INLINE void prefetch_kv(const char *k, long kb, const char *v, long vb, long row_bytes, long n, long j0, long j1)
+{
+  long j, b;
+  if (j1 > n) j1 = n;
+  for (j = j0; j < j1; j++)
+    for (b = 0; b < row_bytes; b += 64) {
+      _mm_prefetch(k + j * kb + b, _MM_HINT_T1);
+      _mm_prefetch(v + j * vb + b, _MM_HINT_T1);
+    }
+}
+
+/* S[rows][KT] = Q . k^T over kt keys (zero past kt), four keys at a time,
+ * asking for the next tile's rows (kn, vn: n of them) as it goes. */
+INLINE void qk_direct_kv(const int KVT, long rows, long nv, const float *Q, long cp, const char *k, long kb, long kt,
+                         float *S, __mmask32 m32, __mmask16 m16, const char *kn, const char *vn, long vb,
+                         long row_bytes, long n)
+{
+  long jj, r, r0;
+  for (jj = 0; jj < kt; jj += 4) {
+    const char *kr = k + jj * kb;
+    prefetch_kv(kn, kb, vn, vb, row_bytes, n, jj, jj + 4);
+    for (r0 = 0; r0 < rows; r0 += 4) {
+      const float *qr = Q + r0 * cp;
+      float *sr = S + r0 * KT + jj;
+#define QKDKV_ROWS(NK)                                                                  \
+  switch (rows - r0 < 4 ? rows - r0 : 4) {                                              \
+  case 4: qkd_kv_kernel(KVT, NK, 4, nv, qr, cp, kr, kb, sr, m32, m16); break;           \
+  case 3: qkd_kv_kernel(KVT, NK, 3, nv, qr, cp, kr, kb, sr, m32, m16); break;           \
+  case 2: qkd_kv_kernel(KVT, NK, 2, nv, qr, cp, kr, kb, sr, m32, m16); break;           \
+  default: qkd_kv_kernel(KVT, NK, 1, nv, qr, cp, kr, kb, sr, m32, m16); break;          \
+  }
+      switch (kt - jj < 4 ? kt - jj : 4) {
+      case 4: QKDKV_ROWS(4) break;
+      case 3: QKDKV_ROWS(3) break;
+      case 2: QKDKV_ROWS(2) break;
+      default: QKDKV_ROWS(1) break;
+      }
+#undef QKDKV_ROWS
+    }
+  }
+  for (r = 0; r < rows; r++)
+    for (jj = kt; jj < KT; jj++) S[r * KT + jj] = 0;
+}
+
+/* pv_kernel (alpha 1, P rows KT apart) on stored values, vb bytes apart. */
+INLINE void pv_kv_kernel(const int KVT, const int MR, const int NVV, long kt, const float *P, float *O, long cp,
+                         const char *v, long vb, long cv0, long nv, __mmask32 m32, __mmask16 m16)
+{
+  __m512 acc[6][4];
+  long j;
+  int i, u;
+  for (i = 0; i < MR; i++)
+    for (u = 0; u < NVV; u++) acc[i][u] = _mm512_load_ps(O + i * cp + (cv0 + u) * 16);
+  for (j = 0; j < kt; j++) {
+    const char *vr = v + j * vb;
+    __m512 b[4];
+    for (u = 0; u < NVV; u++) b[u] = kv_vec(KVT, vr, cv0 + u, nv, m32, m16);
+    for (i = 0; i < MR; i++) {
+      const __m512 p = _mm512_set1_ps(P[i * KT + j]);
+      for (u = 0; u < NVV; u++) acc[i][u] = _mm512_fmadd_ps(p, b[u], acc[i][u]);
+    }
+  }
+  for (i = 0; i < MR; i++)
+    for (u = 0; u < NVV; u++) _mm512_store_ps(O + i * cp + (cv0 + u) * 16, acc[i][u]);
+}
+
+/* O[rows][:cp] += P[rows][:kt] . v[:kt]: blocks of 6 rows x 4 vectors. */
+INLINE void pv_all_kv(const int KVT, long rows, long kt, const float *P, float *O, long cp, const char *v, long vb,
+                      long nv, __mmask32 m32, __mmask16 m16)
+{
+  long r0, cv0;
+  for (r0 = 0; r0 < rows; r0 += 6)
+    for (cv0 = 0; cv0 < nv; cv0 += 4) {
+      const float *Pr = P + r0 * KT;
+      float *Or = O + r0 * cp;
+#define PVKV_ROWS(NVV)                                                                       \
+  switch (rows - r0 < 6 ? rows - r0 : 6) {                                                   \
+  case 6: pv_kv_kernel(KVT, 6, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  case 5: pv_kv_kernel(KVT, 5, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  case 4: pv_kv_kernel(KVT, 4, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  case 3: pv_kv_kernel(KVT, 3, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  case 2: pv_kv_kernel(KVT, 2, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  default: pv_kv_kernel(KVT, 1, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;      \
+  }
+      switch (nv - cv0 < 4 ? nv - cv0 : 4) {
+      case 4: PVKV_ROWS(4) break;
+      case 3: PVKV_ROWS(3) break;
+      case 2: PVKV_ROWS(2) break;
+      default: PVKV_ROWS(1) break;
+      }
+#undef PVKV_ROWS
+    }
+}
+
+/* Rows [0, rows) of S (KT apart), kt keys from j0, times the rows' scales. */
+static void scale_keys(float *S, long rows, long kt, const float *scale)
+{
+  long r, u;
+  for (u = 0; u < kt; u += 16) {
+    const __m512 s = _mm512_maskz_loadu_ps(tail_mask(kt - u), scale + u);
+    for (r = 0; r < rows; r++) _mm512_store_ps(S + r * KT + u, _mm512_mul_ps(s, _mm512_load_ps(S + r * KT + u)));
+  }
+}
+
+/* Where value d of a row sits in the bf16 order (per 32 values: the even ones, then the odd ones). */
+static long bf16_slot(long d) { return (d & ~31L) + (d & 1) * 16 + ((d & 31) >> 1); }
+
+/* Work: O (r16 x cp), M, L (r16 each), S (r16 x KT), Q (r16 x cp), cp at
+ * most round16(c) + 16: within attend_work(rows, c) for rows <= 16. */
+INLINE void attend_kv_body(const int KVT, const attnc_tile *t, const char *k, const float *ks, const char *v,
+                           const float *vs)
+{
+  const long esize = KVT == ATTNC_KV_BF16 ? 2 : 1, rows = t->rows, c = t->c, r16 = round16(rows);
+  const long nv = KVT == ATTNC_KV_BF16 ? 2 * ((c + 31) / 32) : (c + 15) / 16, cp = nv * 16;
+  const long kb = t->k_stride * esize, vb = t->v_stride * esize, row_bytes = c * esize;
+  const long tail32 = c - ((c + 31) / 32 - 1) * 32; /* bf16 values in the last 32-value chunk, 1..32 */
+  const __mmask32 m32 = tail32 >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << tail32) - 1u);
+  const __mmask16 m16 = tail_mask(c - (nv - 1) * 16);
+  float *O = t->work, *M = O + r16 * cp, *L = M + r16, *S = L + r16, *Q = S + r16 * KT;
+  long r, d, jmin = t->k_end, jmax = t->k_begin - 1, j0;
+
+  for (r = 0; r < rows; r++) {
+    const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
+    long lo, hi;
+    for (d = 0; d < cp; d++) {
+      Q[r * cp + d] = 0;
+      O[r * cp + d] = 0;
+    }
+    for (d = 0; d < c; d++) Q[r * cp + (KVT == ATTNC_KV_BF16 ? bf16_slot(d) : d)] = q[d] * t->scale;
+    M[r] = -INFINITY;
+    L[r] = 0;
+    attnc_prims_row_range(t, r, &lo, &hi);
+    if (lo <= hi) {
+      if (lo < jmin) jmin = lo;
+      if (hi > jmax) jmax = hi;
+    }
+  }
+
+  for (j0 = jmin; j0 <= jmax; j0 += KT) {
+    const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, left = jmax + 1 - (j0 + KT);
+    const long n = left <= 0 ? 0 : left < KT ? left : KT;
+    qk_direct_kv(KVT, rows, nv, Q, cp, k + j0 * kb, kb, kt, S, m32, m16, k + (j0 + KT) * kb, v + (j0 + KT) * vb, vb,
+                 row_bytes, n);
+    if (KVT == ATTNC_KV_INT8) scale_keys(S, rows, kt, ks + j0);
+    for (r = 0; r < rows; r++) softmax_row(t, r, j0, kt, S + r * KT, M, L, O, cp);
+    if (KVT == ATTNC_KV_INT8) scale_keys(S, rows, kt, vs + j0);
+    pv_all_kv(KVT, rows, kt, S, O, cp, v + j0 * vb, vb, nv, m32, m16);
+  }
+
+  if (KVT == ATTNC_KV_BF16) { /* the rows back in order, round16(c) apart, for finish_rows */
+    const long cp16 = round16(c);
+    for (r = 0; r < rows; r++) { /* row r's new place ends before row r + 1's old one begins */
+      memcpy(Q, O + r * cp, sizeof(float) * cp);
+      for (d = 0; d < c; d++) O[r * cp16 + d] = Q[bf16_slot(d)];
+      for (; d < cp16; d++) O[r * cp16 + d] = 0;
+    }
+    finish_rows(t, O, cp16, M, L, 1.0f);
+  } else {
+    finish_rows(t, O, cp, M, L, 1.0f);
+  }
+}
+
+static void attend_kv_bf16(const attnc_tile *t, const void *k, const void *v)
+{
+  attend_kv_body(ATTNC_KV_BF16, t, (const char *)k, NULL, (const char *)v, NULL);
+}
+
+static void attend_kv_int8(const attnc_tile *t, const void *k, const float *ks, const void *v, const float *vs)
+{
+  attend_kv_body(ATTNC_KV_INT8, t, (const char *)k, ks, (const char *)v, vs);
+}
+
+void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                  const void *v, const float *v_scale)
+{
+  if (kv_type == ATTNC_KV_BF16) attend_kv_bf16(t, k, v);
+  else attend_kv_int8(t, k, k_scale, v, v_scale);
+}

@@ -49,6 +49,9 @@
 enum attnc_slot { ATTNC_SLOT_LIST(ATTNC_SLOT_ENUM_) ATTNC_SLOT_COUNT };
 enum attnc_empty_rows { ATTNC_EMPTY_ROWS_LIST(ATTNC_EMPTY_ENUM_) ATTNC_EMPTY_COUNT };
 enum attnc_causal { ATTNC_CAUSAL_LIST(ATTNC_CAUSAL_ENUM_) ATTNC_CAUSAL_COUNT };
+/* How a KV cache's elements are stored, for attnc_prims.attend_kv: bf16
+ * (the top half of an f32), or int8 with one f32 scale per row of c. */
+enum attnc_kv_type { ATTNC_KV_BF16 = 1, ATTNC_KV_INT8 = 2 };
 #define ATTNC_ABI_MAX_RANK 8
 #define ATTNC_PHASES 7 /* widen, project, rotate, attend, combine, gate and output, narrow */
 
@@ -138,6 +141,14 @@ typedef struct attnc_prims {
   /* attend for a dtype=bf16 kernel: q, k, v and p may be rounded to bf16
    * (AMX-BF16 tiles where the CPU has them), the rest as attend */
   void (*attend_bf16)(const attnc_tile *t);
+  /* attend with the keys and values read from a KV cache stored as
+   * kv_type (enum attnc_kv_type), widened to f32 as they are read: key j
+   * at k + j * t->k_stride elements (int8: times k_scale[j]), value j
+   * likewise from v, v_stride and v_scale; t->k and t->v are not read.
+   * Tiles of at most 16 rows, empty_rows zero or nan (uniform would need
+   * v widened whole).  NULL: the kernel widens the rows itself. */
+  void (*attend_kv)(const attnc_tile *t, int kv_type, const void *k, const float *k_scale, const void *v,
+                    const float *v_scale);
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))

@@ -698,6 +698,121 @@ static void test_prims_attend_bf16(void **state)
   assert_int_equal(fails, 0);
 }
 
+/* attend_kv: a tile of `rows` rows (one query position per q_group
+ * heads, as in decoding) against nk keys stored as bf16 or int8 with
+ * per-row scales, in rows of c + 3 elements; against a float64 loop over
+ * the stored values widened exactly.  feature: 0 none; 1 key mask and a
+ * bias; 2 causal (the last position sees every key) in 3 key splits and
+ * the combine; 3 a window that leaves some rows no key, empty rows NaN. */
+static int check_attend_kv(const char *isa,
+                           void (*fn)(const attnc_tile *, int, const void *, const float *, const void *, const float *),
+                           int kv_type, long rows, long c, long nk, int feature, long id)
+{
+  const long ks = c + 3, group = feature >= 2 ? 1 : rows, npos = rows / group, splits = feature == 2 ? 3 : 1;
+  unsigned short *kb = malloc(sizeof(short) * nk * ks), *vb = malloc(sizeof(short) * nk * ks);
+  signed char *ki = malloc((size_t)(nk * ks)), *vi = malloc((size_t)(nk * ks));
+  float *ksc = malloc(sizeof(float) * nk), *vsc = malloc(sizeof(float) * nk);
+  float *kf = malloc(sizeof(float) * nk * ks), *vf = malloc(sizeof(float) * nk * ks); /* exact widened copies */
+  float *q = malloc(sizeof(float) * rows * c), *o = malloc(sizeof(float) * rows * c);
+  float *bias = malloc(sizeof(float) * rows * nk), *part = malloc(sizeof(float) * splits * rows * (c + 2));
+  float *work = alloc64(attnc_prims_attend_work(rows, c));
+  unsigned char *mask = malloc((size_t)nk);
+  double *want = malloc(sizeof(double) * rows * c), worst = 0;
+  long n, r, d, sp;
+  attnc_tile t;
+  reseed(5000000 + (uint64_t)id);
+  for (n = 0; n < rows * c; n++) q[n] = frand() * 2;
+  for (n = 0; n < nk; n++) {
+    ksc[n] = 0.004f + 0.02f * (frand() + 1);
+    vsc[n] = 0.004f + 0.02f * (frand() + 1);
+    mask[n] = frand() > -0.5f;
+  }
+  for (n = 0; n < rows * nk; n++) bias[n] = frand();
+  for (n = 0; n < nk * ks; n++) {
+    union { float f; uint32_t u; } a, b;
+    a.f = frand() * 2;
+    b.f = frand();
+    kb[n] = (unsigned short)(a.u >> 16);
+    vb[n] = (unsigned short)(b.u >> 16);
+    ki[n] = (signed char)(long)(frand() * 127);
+    vi[n] = (signed char)(long)(frand() * 127);
+    a.u = (uint32_t)kb[n] << 16;
+    b.u = (uint32_t)vb[n] << 16;
+    kf[n] = kv_type == ATTNC_KV_BF16 ? a.f : (float)ki[n] * ksc[n / ks];
+    vf[n] = kv_type == ATTNC_KV_BF16 ? b.f : (float)vi[n] * vsc[n / ks];
+  }
+  memset(&t, 0, sizeof t);
+  t.q = q; t.q_stride = group * c; t.q_hstride = c; t.q_group = group;
+  t.k = kf; t.k_stride = ks; t.v = vf; t.v_stride = ks; /* for the reference only */
+  t.o = o; t.o_stride = group * c; t.o_hstride = c;
+  t.rows = rows; t.c = c; t.nk = nk; t.k_begin = 0; t.k_end = nk;
+  t.i0 = feature == 2 ? nk - npos : feature == 3 ? nk / 2 : 0;
+  t.scale = 1.0f / sqrtf((float)c);
+  if (feature == 1) {
+    t.bias = bias; t.bias_h = nk; t.bias_i = group * nk; t.bias_j = 1;
+    t.mask = mask; t.mask_j = 1;
+  }
+  if (feature == 2) { t.has_hi = 1; t.hi_off = 0; }
+  if (feature == 3) { t.has_lo = 1; t.lo_off = -3; t.has_hi = 1; t.hi_off = 2 - (long)rows; t.empty_rows = ATTNC_EMPTY_NAN; }
+  t.work = work;
+  ref_tile(&t, want);
+  {
+    const void *k = kv_type == ATTNC_KV_BF16 ? (const void *)kb : (const void *)ki;
+    const void *v = kv_type == ATTNC_KV_BF16 ? (const void *)vb : (const void *)vi;
+    t.k = t.v = NULL; /* the primitive reads the stored rows only */
+    if (splits <= 1) {
+      fn(&t, kv_type, k, ksc, v, vsc);
+    } else {
+      const long chunk = (nk + splits - 1) / splits;
+      float *pm = part + splits * rows * c, *pl = pm + splits * rows;
+      for (sp = 0; sp < splits; sp++) {
+        attnc_tile ts = t;
+        ts.k_begin = sp * chunk < nk ? sp * chunk : nk;
+        ts.k_end = (sp + 1) * chunk < nk ? (sp + 1) * chunk : nk;
+        ts.o = part + sp * rows * c; ts.o_stride = group * c; ts.o_hstride = c;
+        ts.m_out = pm + sp * rows;
+        ts.l_out = pl + sp * rows;
+        fn(&ts, kv_type, k, ksc, v, vsc);
+      }
+      attnc_prims_combine_generic(&t, splits, part, pm, pl);
+    }
+  }
+  for (r = 0; r < rows; r++)
+    for (d = 0; d < c; d++) {
+      double got = o[r * c + d], w = want[r * c + d], e;
+      if (isnan(w) || isnan(got)) e = (isnan(w) && isnan(got)) ? 0 : INFINITY;
+      else e = fabs(got - w) / (1e-5 + 1e-4 * fabs(w));
+      if (e > worst) worst = e;
+    }
+  if (worst > 1)
+    fprintf(stderr, "attend_kv [%s %s] rows=%ld c=%ld nk=%ld feature=%d: error %.3g of tolerance\n", isa,
+            kv_type == ATTNC_KV_BF16 ? "bf16" : "int8", rows, c, nk, feature, worst);
+  free(kb); free(vb); free(ki); free(vi); free(ksc); free(vsc); free(kf); free(vf); free(q); free(o);
+  free(bias); free(part); free(work); free(mask); free(want);
+  return worst <= 1;
+}
+
+static void test_prims_attend_kv(void **state)
+{
+  static const long nks[] = { 1, 63, 65, 1000 }, cs[] = { 16, 40, 64, 128 };
+  int fails = 0, kt, f;
+  long id = 0, rows;
+  size_t a, b;
+  (void)state;
+  for (kt = ATTNC_KV_BF16; kt <= ATTNC_KV_INT8; kt++)
+    for (a = 0; a < sizeof nks / sizeof nks[0]; a++)
+      for (b = 0; b < sizeof cs / sizeof cs[0]; b++)
+        for (rows = 1; rows <= 8; rows++)
+          for (f = 0; f < 4; f++, id++) {
+            if (f > 0 && (rows + f + (long)a + (long)b) % 3) continue; /* the features on a third of the shapes */
+            fails += !check_attend_kv("generic", attnc_prims_attend_kv_generic, kt, rows, cs[b], nks[a], f, id);
+            if (have_avx512())
+              fails += !check_attend_kv("avx512", attnc_prims_attend_kv_avx512, kt, rows, cs[b], nks[a], f, id);
+          }
+  if (!have_avx512()) printf("SKIP avx512 attend_kv: this CPU has no AVX-512 (generic checked)\n");
+  assert_int_equal(fails, 0);
+}
+
 static int check_sigmoid_mul(const char *isa, void (*f)(const float *, float *, long))
 {
   float g[37], o[37], o2[37];
@@ -738,6 +853,7 @@ int main(void)
     cmocka_unit_test(test_prims_convert16),
     cmocka_unit_test(test_prims_attend),
     cmocka_unit_test(test_prims_attend_bf16),
+    cmocka_unit_test(test_prims_attend_kv),
     cmocka_unit_test(test_prims_sigmoid_mul),
   };
   printf("primitives in use: %s\n", attnc_prims_get()->isa);
