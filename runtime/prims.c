@@ -526,7 +526,7 @@ static void choose(void)
     }
     table.attend = attnc_prims_attend_avx2;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
-    table.attend_kv = NULL; /* no AVX2 version yet: the kernel widens the rows and runs attend */
+    table.attend_kv = attnc_prims_attend_kv_avx2;
   }
 #endif
   /* a bf16 kernel's attention: on the tiles with the AMX linear, else attend */

@@ -184,6 +184,8 @@ void attnc_prims_linear_q8_avx2(const float *x, long rows, long x_stride, long n
                                 const float *b, float *y, long y_stride);
 void attnc_prims_attend_avx2(const attnc_tile *t);
 void attnc_prims_sigmoid_mul_avx2(const float *g, float *o, long n);
+void attnc_prims_attend_kv_avx2(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                const void *v, const float *v_scale);
 void attnc_prims_linear_heads_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed,
                                    long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
                                    long head_stride);

@@ -950,3 +950,240 @@ void attnc_prims_sigmoid_mul_avx2(const float *g, float *o, long n)
   }
   for (; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
+
+/* ---- attention over a KV cache stored as bf16 or int8 (decoding) ----
+ *
+ * prims_avx512.c's attend_kv on 8 lanes, for tiles of few rows: query
+ * rows in registers, keys and values read as they are stored and
+ * widened as they are loaded (bf16: zero-extended and shifted into the
+ * top half; int8: sign-extended and converted, a row's scale on its
+ * score and its probability), the next key tile asked for as this one
+ * is scored.  The softmax runs along each row's scores in base e. */
+
+/* Vector u (of nv) of a cache row as f32; the last one's lanes past c
+ * (tail values, 1..8) read nothing and are 0. */
+INLINE __m256 kv_vec8(const int KVT, const char *row, long u, long nv, long tail)
+{
+  if (KVT == ATTNC_KV_BF16) {
+    const unsigned short *p = (const unsigned short *)row + u * 8;
+    __m128i h;
+    if (u == nv - 1 && tail < 8) {
+      unsigned short b[8] = { 0 };
+      memcpy(b, p, sizeof(short) * (size_t)tail);
+      h = _mm_loadu_si128((const __m128i *)b);
+    } else {
+      h = _mm_loadu_si128((const __m128i *)p);
+    }
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else {
+    const signed char *p = (const signed char *)row + u * 8;
+    __m128i b8;
+    if (u == nv - 1 && tail < 8) {
+      signed char b[8] = { 0 };
+      memcpy(b, p, (size_t)tail);
+      b8 = _mm_loadl_epi64((const __m128i *)b);
+    } else {
+      b8 = _mm_loadl_epi64((const __m128i *)p);
+    }
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8));
+  }
+}
+
+/* NK keys x MR rows (NK * MR <= 8) of dot products: S[r * KT + kk]. */
+INLINE void qkd_kv_kernel(const int KVT, const int MR, const int NK, long nv, long tail, const float *Q, long cp,
+                          const char *k, long kb, float *S)
+{
+  __m256 acc[8];
+  float sums[8];
+  long v;
+  int a, kk, r;
+  for (a = 0; a < 8; a++) acc[a] = _mm256_setzero_ps();
+  for (v = 0; v < nv; v++)
+    for (kk = 0; kk < NK; kk++) {
+      const __m256 kv = kv_vec8(KVT, k + kk * kb, v, nv, tail);
+      for (r = 0; r < MR; r++) acc[kk * MR + r] = _mm256_fmadd_ps(_mm256_load_ps(Q + r * cp + v * 8), kv, acc[kk * MR + r]);
+    }
+  _mm256_storeu_ps(sums, hsum8(acc));
+  for (kk = 0; kk < NK; kk++)
+    for (r = 0; r < MR; r++) S[r * KT + kk] = sums[kk * MR + r];
+}
+
+/* O[MR][8*cv0 .. +8*NVV] += P[MR][:kt] . v[:kt][...], P rows KT apart. */
+INLINE void pv_kv_kernel(const int KVT, const int MR, const int NVV, long kt, const float *P, float *O, long cp,
+                         const char *v, long vb, long cv0, long nv, long tail)
+{
+  __m256 acc[4][3];
+  long j;
+  int i, u;
+  for (i = 0; i < MR; i++)
+    for (u = 0; u < NVV; u++) acc[i][u] = _mm256_load_ps(O + i * cp + (cv0 + u) * 8);
+  for (j = 0; j < kt; j++) {
+    __m256 b[3];
+    for (u = 0; u < NVV; u++) b[u] = kv_vec8(KVT, v + j * vb, cv0 + u, nv, tail);
+    for (i = 0; i < MR; i++) {
+      const __m256 p = _mm256_broadcast_ss(P + i * KT + j);
+      for (u = 0; u < NVV; u++) acc[i][u] = _mm256_fmadd_ps(p, b[u], acc[i][u]);
+    }
+  }
+  for (i = 0; i < MR; i++)
+    for (u = 0; u < NVV; u++) _mm256_store_ps(O + i * cp + (cv0 + u) * 8, acc[i][u]);
+}
+
+/* Row r's scores S[0..kt) of the key tile at j0 -> probabilities (0 past
+ * kt and for hidden keys), with the running max M, sum L and O's rescale. */
+static void softmax_kv_row(const attnc_tile *t, long r, long j0, long kt, float *S, float *M, float *L, float *O,
+                           long cp)
+{
+  const long i = t->i0 + r / t->q_group, hh = r % t->q_group;
+  __m256 mx = _mm256_set1_ps(-INFINITY), sum = _mm256_setzero_ps();
+  float m_new, alpha, row_max, part[8];
+  int nan = 0;
+  long lo, hi, j, d;
+  attnc_prims_row_range(t, r, &lo, &hi);
+  for (j = 0; j < KT; j++) {
+    const long jg = j0 + j;
+    if (j >= kt || jg < lo || jg > hi || (t->mask && !t->mask[jg * t->mask_j])) S[j] = -INFINITY;
+    else if (t->bias) S[j] += t->bias[hh * t->bias_h + i * t->bias_i + jg * t->bias_j];
+  }
+  for (j = 0; j < KT; j += 8) {
+    const __m256 s = _mm256_load_ps(S + j);
+    nan |= _mm256_movemask_ps(_mm256_cmp_ps(s, s, _CMP_UNORD_Q));
+    mx = _mm256_max_ps(mx, s);
+  }
+  _mm256_storeu_ps(part, mx);
+  row_max = part[0];
+  for (j = 1; j < 8; j++) row_max = part[j] > row_max ? part[j] : row_max;
+  if (nan) row_max = NAN;
+  if (row_max == -INFINITY) { /* no key of this tile: nothing to add */
+    memset(S, 0, sizeof(float) * KT);
+    return;
+  }
+  m_new = M[r] > row_max ? M[r] : row_max;
+  alpha = M[r] == -INFINITY ? 0.0f : expf(M[r] - m_new);
+  for (j = 0; j < KT; j += 8) {
+    const __m256 p = exp256_neg(_mm256_sub_ps(_mm256_load_ps(S + j), _mm256_set1_ps(m_new)));
+    _mm256_store_ps(S + j, p);
+    sum = _mm256_add_ps(sum, p);
+  }
+  _mm256_storeu_ps(part, sum);
+  L[r] = L[r] * alpha + (((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])));
+  M[r] = m_new;
+  if (alpha != 1.0f) {
+    const __m256 a = _mm256_set1_ps(alpha);
+    for (d = 0; d < cp; d += 8) _mm256_store_ps(O + r * cp + d, _mm256_mul_ps(a, _mm256_load_ps(O + r * cp + d)));
+  }
+}
+
+/* Work: O (rows x cp), M, L (r8 each), S (rows x KT), Q (rows x cp),
+ * cp = round8(c): within attend_work(rows, c). */
+INLINE void attend_kv_body8(const int KVT, const attnc_tile *t, const char *k, const float *ks, const char *v,
+                            const float *vs)
+{
+  const long esize = KVT == ATTNC_KV_BF16 ? 2 : 1, rows = t->rows, c = t->c, r8 = round8(rows);
+  const long cp = round8(c), nv = cp / 8, tail = c - (nv - 1) * 8;
+  const long kb = t->k_stride * esize, vb = t->v_stride * esize, row_bytes = c * esize;
+  float *O = t->work, *M = O + r8 * cp, *L = M + r8, *S = L + r8, *Q = S + r8 * KT;
+  long r, d, jmin = t->k_end, jmax = t->k_begin - 1, j0, jj, r0, cv0;
+
+  for (r = 0; r < rows; r++) {
+    const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
+    long lo, hi;
+    for (d = 0; d < cp; d++) {
+      Q[r * cp + d] = d < c ? q[d] * t->scale : 0.0f;
+      O[r * cp + d] = 0;
+    }
+    M[r] = -INFINITY;
+    L[r] = 0;
+    attnc_prims_row_range(t, r, &lo, &hi);
+    if (lo <= hi) {
+      if (lo < jmin) jmin = lo;
+      if (hi > jmax) jmax = hi;
+    }
+  }
+
+  for (j0 = jmin; j0 <= jmax; j0 += KT) {
+    const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, left = jmax + 1 - (j0 + KT);
+    const long n = left <= 0 ? 0 : left < KT ? left : KT;
+    const char *kt0 = k + j0 * kb, *vt0 = v + j0 * vb;
+    /* q.k: rows in blocks of 4, two keys a block (one for a last odd key) */
+    for (jj = 0; jj < kt; jj += 2) {
+      const long nk = kt - jj >= 2 ? 2 : 1, p0 = jj, p1 = jj + 2 < n ? jj + 2 : n;
+      long pj, b;
+      for (pj = p0; pj < p1; pj++) /* the next tile's rows of k and v, into L2 */
+        for (b = 0; b < row_bytes; b += 64) {
+          _mm_prefetch(kt0 + (KT + pj) * kb + b, _MM_HINT_T1);
+          _mm_prefetch(vt0 + (KT + pj) * vb + b, _MM_HINT_T1);
+        }
+      for (r0 = 0; r0 < rows; r0 += 4) {
+        const float *qr = Q + r0 * cp;
+        float *sr = S + r0 * KT + jj;
+        const char *kr = kt0 + jj * kb;
+#define QKDKV8_ROWS(NK)                                                                 \
+  switch (rows - r0 < 4 ? rows - r0 : 4) {                                              \
+  case 4: qkd_kv_kernel(KVT, 4, NK, nv, tail, qr, cp, kr, kb, sr); break;               \
+  case 3: qkd_kv_kernel(KVT, 3, NK, nv, tail, qr, cp, kr, kb, sr); break;               \
+  case 2: qkd_kv_kernel(KVT, 2, NK, nv, tail, qr, cp, kr, kb, sr); break;               \
+  default: qkd_kv_kernel(KVT, 1, NK, nv, tail, qr, cp, kr, kb, sr); break;              \
+  }
+        if (nk == 2) { QKDKV8_ROWS(2) } else { QKDKV8_ROWS(1) }
+#undef QKDKV8_ROWS
+      }
+    }
+    if (KVT == ATTNC_KV_INT8)
+      for (r = 0; r < rows; r++)
+        for (jj = 0; jj < kt; jj++) S[r * KT + jj] *= ks[j0 + jj];
+    for (r = 0; r < rows; r++) softmax_kv_row(t, r, j0, kt, S + r * KT, M, L, O, cp);
+    if (KVT == ATTNC_KV_INT8)
+      for (r = 0; r < rows; r++)
+        for (jj = 0; jj < kt; jj++) S[r * KT + jj] *= vs[j0 + jj];
+    /* p.v: blocks of 4 rows x 3 vectors */
+    for (r0 = 0; r0 < rows; r0 += 4)
+      for (cv0 = 0; cv0 < nv; cv0 += 3) {
+        const float *Pr = S + r0 * KT;
+        float *Or = O + r0 * cp;
+#define PVKV8_ROWS(NVV)                                                                  \
+  switch (rows - r0 < 4 ? rows - r0 : 4) {                                               \
+  case 4: pv_kv_kernel(KVT, 4, NVV, kt, Pr, Or, cp, vt0, vb, cv0, nv, tail); break;      \
+  case 3: pv_kv_kernel(KVT, 3, NVV, kt, Pr, Or, cp, vt0, vb, cv0, nv, tail); break;      \
+  case 2: pv_kv_kernel(KVT, 2, NVV, kt, Pr, Or, cp, vt0, vb, cv0, nv, tail); break;      \
+  default: pv_kv_kernel(KVT, 1, NVV, kt, Pr, Or, cp, vt0, vb, cv0, nv, tail); break;     \
+  }
+        switch (nv - cv0 < 3 ? nv - cv0 : 3) {
+        case 3: PVKV8_ROWS(3) break;
+        case 2: PVKV8_ROWS(2) break;
+        default: PVKV8_ROWS(1) break;
+        }
+#undef PVKV8_ROWS
+      }
+  }
+
+  for (r = 0; r < rows; r++) { /* a row whose NaN score made its max NaN has seen a key */
+    float *o = t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride;
+    if (t->m_out) {
+      t->m_out[r] = M[r];
+      t->l_out[r] = L[r];
+      store_row(o, O + r * cp, c, 1.0f);
+    } else if (M[r] != -INFINITY) {
+      store_row(o, O + r * cp, c, 1.0f / L[r]);
+    } else {
+      attnc_prims_empty_row(t, r, o);
+    }
+  }
+}
+
+static void attend_kv_bf16(const attnc_tile *t, const void *k, const void *v)
+{
+  attend_kv_body8(ATTNC_KV_BF16, t, (const char *)k, NULL, (const char *)v, NULL);
+}
+
+static void attend_kv_int8(const attnc_tile *t, const void *k, const float *ks, const void *v, const float *vs)
+{
+  attend_kv_body8(ATTNC_KV_INT8, t, (const char *)k, ks, (const char *)v, vs);
+}
+
+void attnc_prims_attend_kv_avx2(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                const void *v, const float *v_scale)
+{
+  if (kv_type == ATTNC_KV_BF16) attend_kv_bf16(t, k, v);
+  else attend_kv_int8(t, k, k_scale, v, v_scale);
+}

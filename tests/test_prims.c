@@ -808,6 +808,8 @@ static void test_prims_attend_kv(void **state)
             fails += !check_attend_kv("generic", attnc_prims_attend_kv_generic, kt, rows, cs[b], nks[a], f, id);
             if (have_avx512())
               fails += !check_attend_kv("avx512", attnc_prims_attend_kv_avx512, kt, rows, cs[b], nks[a], f, id);
+            if (have_avx2())
+              fails += !check_attend_kv("avx2", attnc_prims_attend_kv_avx2, kt, rows, cs[b], nks[a], f, id);
           }
   if (!have_avx512()) printf("SKIP avx512 attend_kv: this CPU has no AVX-512 (generic checked)\n");
   assert_int_equal(fails, 0);
