@@ -1222,22 +1222,22 @@ void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n)
 
 /* Vector u (of nv) of a cache row as f32: the last vector's lanes past c
  * read nothing and are 0 (m32: the last 32 bf16 values' mask, m16: the
- * last 16 int8 values'). */
-INLINE __m512 kv_vec(const int KVT, const char *row, long u, long nv, __mmask32 m32, __mmask16 m16)
+ * last 16 int8 values'; WHOLE: c fills every vector, no masks). */
+INLINE __m512 kv_vec(const int KVT, const int WHOLE, const char *row, long u, long nv, __mmask32 m32, __mmask16 m16)
 {
   if (KVT == ATTNC_KV_BF16) {
     const short *p = (const short *)row + (u >> 1) * 32;
-    const __m512i x = u >= nv - 2 ? _mm512_maskz_loadu_epi16(m32, p) : _mm512_loadu_si512(p);
+    const __m512i x = !WHOLE && u >= nv - 2 ? _mm512_maskz_loadu_epi16(m32, p) : _mm512_loadu_si512(p);
     return _mm512_castsi512_ps((u & 1) ? _mm512_and_si512(x, _mm512_set1_epi32(-65536)) : _mm512_slli_epi32(x, 16));
   } else {
     const signed char *p = (const signed char *)row + u * 16;
-    const __m128i b = u == nv - 1 ? _mm_maskz_loadu_epi8(m16, p) : _mm_loadu_si128((const __m128i *)p);
+    const __m128i b = !WHOLE && u == nv - 1 ? _mm_maskz_loadu_epi8(m16, p) : _mm_loadu_si128((const __m128i *)p);
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
   }
 }
 
 /* qkd_kernel on stored keys, kb bytes apart. */
-INLINE void qkd_kv_kernel(const int KVT, const int NK, const int MR, long nv, const float *Q, long cp, const char *k,
+INLINE void qkd_kv_kernel(const int KVT, const int WHOLE, const int NK, const int MR, long nv, const float *Q, long cp, const char *k,
                           long kb, float *S, __mmask32 m32, __mmask16 m16)
 {
   __m512 acc[4][4], sums;
@@ -1247,7 +1247,7 @@ INLINE void qkd_kv_kernel(const int KVT, const int NK, const int MR, long nv, co
     for (i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
   for (v = 0; v < nv; v++) {
     __m512 kv[4];
-    for (i = 0; i < NK; i++) kv[i] = kv_vec(KVT, k + i * kb, v, nv, m32, m16);
+    for (i = 0; i < NK; i++) kv[i] = kv_vec(KVT, WHOLE, k + i * kb, v, nv, m32, m16);
     for (r = 0; r < MR; r++) {
       const __m512 q = _mm512_load_ps(Q + r * cp + v * 16);
       for (i = 0; i < NK; i++) acc[r][i] = _mm512_fmadd_ps(q, kv[i], acc[r][i]);
@@ -1272,7 +1272,7 @@ INLINE void prefetch_kv(const char *k, long kb, const char *v, long vb, long row
 
 /* S[rows][KT] = Q . k^T over kt keys (zero past kt), four keys at a time,
  * asking for the next tile's rows (kn, vn: n of them) as it goes. */
-INLINE void qk_direct_kv(const int KVT, long rows, long nv, const float *Q, long cp, const char *k, long kb, long kt,
+INLINE void qk_direct_kv(const int KVT, const int WHOLE, long rows, long nv, const float *Q, long cp, const char *k, long kb, long kt,
                          float *S, __mmask32 m32, __mmask16 m16, const char *kn, const char *vn, long vb,
                          long row_bytes, long n)
 {
@@ -1285,10 +1285,10 @@ INLINE void qk_direct_kv(const int KVT, long rows, long nv, const float *Q, long
       float *sr = S + r0 * KT + jj;
 #define QKDKV_ROWS(NK)                                                                  \
   switch (rows - r0 < 4 ? rows - r0 : 4) {                                              \
-  case 4: qkd_kv_kernel(KVT, NK, 4, nv, qr, cp, kr, kb, sr, m32, m16); break;           \
-  case 3: qkd_kv_kernel(KVT, NK, 3, nv, qr, cp, kr, kb, sr, m32, m16); break;           \
-  case 2: qkd_kv_kernel(KVT, NK, 2, nv, qr, cp, kr, kb, sr, m32, m16); break;           \
-  default: qkd_kv_kernel(KVT, NK, 1, nv, qr, cp, kr, kb, sr, m32, m16); break;          \
+  case 4: qkd_kv_kernel(KVT, WHOLE, NK, 4, nv, qr, cp, kr, kb, sr, m32, m16); break;           \
+  case 3: qkd_kv_kernel(KVT, WHOLE, NK, 3, nv, qr, cp, kr, kb, sr, m32, m16); break;           \
+  case 2: qkd_kv_kernel(KVT, WHOLE, NK, 2, nv, qr, cp, kr, kb, sr, m32, m16); break;           \
+  default: qkd_kv_kernel(KVT, WHOLE, NK, 1, nv, qr, cp, kr, kb, sr, m32, m16); break;          \
   }
       switch (kt - jj < 4 ? kt - jj : 4) {
       case 4: QKDKV_ROWS(4) break;
@@ -1304,7 +1304,7 @@ INLINE void qk_direct_kv(const int KVT, long rows, long nv, const float *Q, long
 }
 
 /* pv_kernel (alpha 1, P rows KT apart) on stored values, vb bytes apart. */
-INLINE void pv_kv_kernel(const int KVT, const int MR, const int NVV, long kt, const float *P, float *O, long cp,
+INLINE void pv_kv_kernel(const int KVT, const int WHOLE, const int MR, const int NVV, long kt, const float *P, float *O, long cp,
                          const char *v, long vb, long cv0, long nv, __mmask32 m32, __mmask16 m16)
 {
   __m512 acc[6][4];
@@ -1315,7 +1315,7 @@ INLINE void pv_kv_kernel(const int KVT, const int MR, const int NVV, long kt, co
   for (j = 0; j < kt; j++) {
     const char *vr = v + j * vb;
     __m512 b[4];
-    for (u = 0; u < NVV; u++) b[u] = kv_vec(KVT, vr, cv0 + u, nv, m32, m16);
+    for (u = 0; u < NVV; u++) b[u] = kv_vec(KVT, WHOLE, vr, cv0 + u, nv, m32, m16);
     for (i = 0; i < MR; i++) {
       const __m512 p = _mm512_set1_ps(P[i * KT + j]);
       for (u = 0; u < NVV; u++) acc[i][u] = _mm512_fmadd_ps(p, b[u], acc[i][u]);
@@ -1326,7 +1326,7 @@ INLINE void pv_kv_kernel(const int KVT, const int MR, const int NVV, long kt, co
 }
 
 /* O[rows][:cp] += P[rows][:kt] . v[:kt]: blocks of 6 rows x 4 vectors. */
-INLINE void pv_all_kv(const int KVT, long rows, long kt, const float *P, float *O, long cp, const char *v, long vb,
+INLINE void pv_all_kv(const int KVT, const int WHOLE, long rows, long kt, const float *P, float *O, long cp, const char *v, long vb,
                       long nv, __mmask32 m32, __mmask16 m16)
 {
   long r0, cv0;
@@ -1336,12 +1336,12 @@ INLINE void pv_all_kv(const int KVT, long rows, long kt, const float *P, float *
       float *Or = O + r0 * cp;
 #define PVKV_ROWS(NVV)                                                                       \
   switch (rows - r0 < 6 ? rows - r0 : 6) {                                                   \
-  case 6: pv_kv_kernel(KVT, 6, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
-  case 5: pv_kv_kernel(KVT, 5, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
-  case 4: pv_kv_kernel(KVT, 4, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
-  case 3: pv_kv_kernel(KVT, 3, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
-  case 2: pv_kv_kernel(KVT, 2, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
-  default: pv_kv_kernel(KVT, 1, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;      \
+  case 6: pv_kv_kernel(KVT, WHOLE, 6, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  case 5: pv_kv_kernel(KVT, WHOLE, 5, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  case 4: pv_kv_kernel(KVT, WHOLE, 4, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  case 3: pv_kv_kernel(KVT, WHOLE, 3, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  case 2: pv_kv_kernel(KVT, WHOLE, 2, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;       \
+  default: pv_kv_kernel(KVT, WHOLE, 1, NVV, kt, Pr, Or, cp, v, vb, cv0, nv, m32, m16); break;      \
   }
       switch (nv - cv0 < 4 ? nv - cv0 : 4) {
       case 4: PVKV_ROWS(4) break;
@@ -1368,7 +1368,7 @@ static long bf16_slot(long d) { return (d & ~31L) + (d & 1) * 16 + ((d & 31) >> 
 
 /* Work: O (r16 x cp), M, L (r16 each), S (r16 x KT), Q (r16 x cp), cp at
  * most round16(c) + 16: within attend_work(rows, c) for rows <= 16. */
-INLINE void attend_kv_body(const int KVT, const attnc_tile *t, const char *k, const float *ks, const char *v,
+INLINE void attend_kv_body(const int KVT, const int WHOLE, const attnc_tile *t, const char *k, const float *ks, const char *v,
                            const float *vs)
 {
   const long esize = KVT == ATTNC_KV_BF16 ? 2 : 1, rows = t->rows, c = t->c, r16 = round16(rows);
@@ -1400,12 +1400,12 @@ INLINE void attend_kv_body(const int KVT, const attnc_tile *t, const char *k, co
   for (j0 = jmin; j0 <= jmax; j0 += KT) {
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, left = jmax + 1 - (j0 + KT);
     const long n = left <= 0 ? 0 : left < KT ? left : KT;
-    qk_direct_kv(KVT, rows, nv, Q, cp, k + j0 * kb, kb, kt, S, m32, m16, k + (j0 + KT) * kb, v + (j0 + KT) * vb, vb,
+    qk_direct_kv(KVT, WHOLE, rows, nv, Q, cp, k + j0 * kb, kb, kt, S, m32, m16, k + (j0 + KT) * kb, v + (j0 + KT) * vb, vb,
                  row_bytes, n);
     if (KVT == ATTNC_KV_INT8) scale_keys(S, rows, kt, ks + j0);
     for (r = 0; r < rows; r++) softmax_row(t, r, j0, kt, S + r * KT, M, L, O, cp);
     if (KVT == ATTNC_KV_INT8) scale_keys(S, rows, kt, vs + j0);
-    pv_all_kv(KVT, rows, kt, S, O, cp, v + j0 * vb, vb, nv, m32, m16);
+    pv_all_kv(KVT, WHOLE, rows, kt, S, O, cp, v + j0 * vb, vb, nv, m32, m16);
   }
 
   if (KVT == ATTNC_KV_BF16) { /* the rows back in order, round16(c) apart, for finish_rows */
@@ -1421,19 +1421,33 @@ INLINE void attend_kv_body(const int KVT, const attnc_tile *t, const char *k, co
   }
 }
 
+/* One copy per type, and per whether c fills whole vectors (the usual
+ * head dims, 64 or 128: no masked loads, no tests in the inner loops). */
 static void attend_kv_bf16(const attnc_tile *t, const void *k, const void *v)
 {
-  attend_kv_body(ATTNC_KV_BF16, t, (const char *)k, NULL, (const char *)v, NULL);
+  attend_kv_body(ATTNC_KV_BF16, 0, t, (const char *)k, NULL, (const char *)v, NULL);
 }
-
+static void attend_kv_bf16_whole(const attnc_tile *t, const void *k, const void *v)
+{
+  attend_kv_body(ATTNC_KV_BF16, 1, t, (const char *)k, NULL, (const char *)v, NULL);
+}
 static void attend_kv_int8(const attnc_tile *t, const void *k, const float *ks, const void *v, const float *vs)
 {
-  attend_kv_body(ATTNC_KV_INT8, t, (const char *)k, ks, (const char *)v, vs);
+  attend_kv_body(ATTNC_KV_INT8, 0, t, (const char *)k, ks, (const char *)v, vs);
+}
+static void attend_kv_int8_whole(const attnc_tile *t, const void *k, const float *ks, const void *v, const float *vs)
+{
+  attend_kv_body(ATTNC_KV_INT8, 1, t, (const char *)k, ks, (const char *)v, vs);
 }
 
 void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
                                   const void *v, const float *v_scale)
 {
-  if (kv_type == ATTNC_KV_BF16) attend_kv_bf16(t, k, v);
-  else attend_kv_int8(t, k, k_scale, v, v_scale);
+  if (kv_type == ATTNC_KV_BF16) {
+    if (t->c % 32 == 0) attend_kv_bf16_whole(t, k, v);
+    else attend_kv_bf16(t, k, v);
+  } else {
+    if (t->c % 16 == 0) attend_kv_int8_whole(t, k, k_scale, v, v_scale);
+    else attend_kv_int8(t, k, k_scale, v, v_scale);
+  }
 }
