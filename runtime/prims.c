@@ -220,6 +220,7 @@ void attnc_prims_attend_kv_generic(const attnc_tile *t, int kv_type, const void 
       for (d = 0; d < c; d++) s += q[d] * attnc_prims_kv_elem(kv_type, kr, d);
       if (kv_type == ATTNC_KV_INT8) s *= k_scale[j];
       s *= t->scale;
+      if (t->softcap > 0) s = t->softcap * tanhf(s / t->softcap); /* before bias and masks */
       if (t->bias) s += t->bias[hh * t->bias_h + i * t->bias_i + j * t->bias_j];
       if (s != s && m == -INFINITY) m = s; /* a NaN score: the row is NaN, not empty */
       if (s > m) {

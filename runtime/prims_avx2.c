@@ -1040,6 +1040,8 @@ static void softmax_kv_row(const attnc_tile *t, long r, long j0, long kt, float 
   int nan = 0;
   long lo, hi, j, d;
   attnc_prims_row_range(t, r, &lo, &hi);
+  if (t->softcap > 0) /* before bias and masks */
+    for (j = 0; j < KT; j += 8) _mm256_store_ps(S + j, softcap256(_mm256_load_ps(S + j), t->softcap, 1.0f / t->softcap));
   for (j = 0; j < KT; j++) {
     const long jg = j0 + j;
     if (j >= kt || jg < lo || jg > hi || (t->mask && !t->mask[jg * t->mask_j])) S[j] = -INFINITY;

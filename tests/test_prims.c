@@ -703,12 +703,13 @@ static void test_prims_attend_bf16(void **state)
  * per-row scales, in rows of c + 3 elements; against a float64 loop over
  * the stored values widened exactly.  feature: 0 none; 1 key mask and a
  * bias; 2 causal (the last position sees every key) in 3 key splits and
- * the combine; 3 a window that leaves some rows no key, empty rows NaN. */
+ * the combine; 3 a window that leaves some rows no key, empty rows NaN;
+ * 4 a softcap of 3 (scores of a few units), with a key mask. */
 static int check_attend_kv(const char *isa,
                            void (*fn)(const attnc_tile *, int, const void *, const float *, const void *, const float *),
                            int kv_type, long rows, long c, long nk, int feature, long id)
 {
-  const long ks = c + 3, group = feature >= 2 ? 1 : rows, npos = rows / group, splits = feature == 2 ? 3 : 1;
+  const long ks = c + 3, group = feature == 2 || feature == 3 ? 1 : rows, npos = rows / group, splits = feature == 2 ? 3 : 1;
   unsigned short *kb = malloc(sizeof(short) * nk * ks), *vb = malloc(sizeof(short) * nk * ks);
   signed char *ki = malloc((size_t)(nk * ks)), *vi = malloc((size_t)(nk * ks));
   float *ksc = malloc(sizeof(float) * nk), *vsc = malloc(sizeof(float) * nk);
@@ -753,6 +754,7 @@ static int check_attend_kv(const char *isa,
     t.mask = mask; t.mask_j = 1;
   }
   if (feature == 2) { t.has_hi = 1; t.hi_off = 0; }
+  if (feature == 4) { t.softcap = 3.0f; t.scale = 2.0f / sqrtf((float)c); t.mask = mask; t.mask_j = 1; }
   if (feature == 3) { t.has_lo = 1; t.lo_off = -3; t.has_hi = 1; t.hi_off = 2 - (long)rows; t.empty_rows = ATTNC_EMPTY_NAN; }
   t.work = work;
   ref_tile(&t, want);
@@ -803,7 +805,7 @@ static void test_prims_attend_kv(void **state)
     for (a = 0; a < sizeof nks / sizeof nks[0]; a++)
       for (b = 0; b < sizeof cs / sizeof cs[0]; b++)
         for (rows = 1; rows <= 8; rows++)
-          for (f = 0; f < 4; f++, id++) {
+          for (f = 0; f < 5; f++, id++) {
             if (f > 0 && (rows + f + (long)a + (long)b) % 3) continue; /* the features on a third of the shapes */
             fails += !check_attend_kv("generic", attnc_prims_attend_kv_generic, kt, rows, cs[b], nks[a], f, id);
             if (have_avx512())
