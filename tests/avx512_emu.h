@@ -113,50 +113,14 @@ EMU emu_m512i emu_cvtepu8_epi32(__m128i a)
   EMU_EACH r.i[l] = b[l];
   return r;
 }
-EMU emu_m512i emu_loadu_si512(const void *p)
-{
-  emu_m512i r;
-  memcpy(r.i, p, sizeof r.i);
-  return r;
-}
-/* 32 16-bit lanes (AVX-512BW), only the selected ones read */
-EMU emu_m512i emu_maskz_loadu_epi16(__mmask32 k, const void *p)
+/* _mm512_maskz_loadu_epi16: 32 16-bit lanes (AVX-512BW), only the selected ones read */
+EMU emu_m512i emu_maskz_loadu_epi16_512(__mmask32 k, const void *p)
 {
   uint16_t h[32];
   emu_m512i r;
   for (int l = 0; l < 32; l++) h[l] = EMU_ON(k) ? ((const uint16_t *)p)[l] : 0;
   memcpy(r.i, h, sizeof r.i);
   return r;
-}
-EMU emu_m512i emu_cvtepi8_epi32(__m128i a)
-{
-  signed char b[16];
-  emu_m512i r;
-  _mm_storeu_si128((__m128i *)b, a);
-  EMU_EACH r.i[l] = b[l];
-  return r;
-}
-EMU emu_m512 emu_cvtepi32_ps(emu_m512i a)
-{
-  emu_m512 r;
-  EMU_EACH r.f[l] = (float)a.i[l]; /* rounds as the default MXCSR mode does: to nearest */
-  return r;
-}
-EMU emu_m512 emu_castsi512_ps(emu_m512i a)
-{
-  emu_m512 r;
-  memcpy(r.f, a.i, sizeof r.f);
-  return r;
-}
-EMU emu_m512i emu_slli_epi32(emu_m512i a, unsigned int n)
-{
-  EMU_EACH a.i[l] = n > 31 ? 0 : (int32_t)((uint32_t)a.i[l] << n);
-  return a;
-}
-EMU emu_m512i emu_and_si512(emu_m512i a, emu_m512i b)
-{
-  EMU_EACH a.i[l] &= b.i[l];
-  return a;
 }
 EMU emu_m512 emu_mask_i32gather_ps(emu_m512 src, __mmask16 k, emu_m512i idx, const void *base, int scale)
 {
@@ -509,13 +473,7 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #undef _mm512_load_si512
 #undef _mm_maskz_loadu_epi8
 #undef _mm512_cvtepu8_epi32
-#undef _mm512_loadu_si512
 #undef _mm512_maskz_loadu_epi16
-#undef _mm512_cvtepi8_epi32
-#undef _mm512_cvtepi32_ps
-#undef _mm512_castsi512_ps
-#undef _mm512_slli_epi32
-#undef _mm512_and_si512
 #undef _mm512_mask_i32gather_ps
 #undef _mm512_add_ps
 #undef _mm512_sub_ps
@@ -575,13 +533,7 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #define _mm512_load_si512 emu_load_si512
 #define _mm_maskz_loadu_epi8 emu_maskz_loadu_epi8
 #define _mm512_cvtepu8_epi32 emu_cvtepu8_epi32
-#define _mm512_loadu_si512 emu_loadu_si512
-#define _mm512_maskz_loadu_epi16 emu_maskz_loadu_epi16
-#define _mm512_cvtepi8_epi32 emu_cvtepi8_epi32
-#define _mm512_cvtepi32_ps emu_cvtepi32_ps
-#define _mm512_castsi512_ps emu_castsi512_ps
-#define _mm512_slli_epi32 emu_slli_epi32
-#define _mm512_and_si512 emu_and_si512
+#define _mm512_maskz_loadu_epi16 emu_maskz_loadu_epi16_512
 #define _mm512_mask_i32gather_ps emu_mask_i32gather_ps
 #define _mm512_add_ps emu_add_ps
 #define _mm512_sub_ps emu_sub_ps
