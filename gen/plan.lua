@@ -271,16 +271,18 @@ function M.schedule(p)
   -- (a bf16, f16 or int8 cache: each split widens its own keys, a chunk at a time; not with
   -- empty_rows=uniform, whose mean of v the combine would take from the widened keys)
   k.split = k.attend and not p.global and (not p.cache or p.kv_direct or p.empty_rows ~= "uniform") and (not sq or sq * p.HPG <= 16) and (not sk or sk >= 1024)
+  -- RoPE in full mode without a cache: q and k rows rotated where they are
+  -- projected (in every projection path), at angles from a table of the
+  -- default positions built in phase 0
+  k.rope_proj = p.rope and not p.core and not p.cache and true or false
   -- whole batch elements, or one kv head of one, per attend item, projections included
-  -- RoPE rotates q and k in a phase of its own, in row-major scratch:
-  -- no path that projects inside the attend items, nor head-major k
   -- a cache: k and v rows appended in phase 2, attention over the caches
-  local whole = k.attend and not p.core and not p.global and not p.rope and not p.cache
+  local whole = k.attend and not p.core and not p.global and not p.cache
   k.fuse = whole and (not nb or nb >= 4)
     and (not (sq and sk) or 2 * round_up(sq * p.HC) + 2 * round_up(sk * p.GC) <= (1 << 19))
   -- k and v projected head-major: the heads start on the packed weights' 32-wide panels
   k.hm = k.prims and not p.core and p.C % 32 == 0
-  k.kv_hm = k.hm and tostring(p.kv_step) == "1" and not p.rope and not p.cache
+  k.kv_hm = k.hm and tostring(p.kv_step) == "1" and not p.cache
   k.by_head = whole and k.hm and (not nb or nb * p.G >= 2)
   -- layout bshc: k and v copied head by head into contiguous blocks, when
   -- enough query rows (more than one tile's worth per kv head) reuse each key

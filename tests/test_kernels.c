@@ -373,9 +373,15 @@ static void test_kernels_fast_form_decides(void **s)
     { "mha mode=core q=B,4,S,16", "t->sink[", 0 },
     { "mha mode=core q=B,4,S,16 lse", "t->lse[", 1 },
     { "mha mode=core q=B,4,S,16", "t->lse[", 0 },
-    { "mha x=B,S,64 heads=4 rope=neox", "rotate_item", 1 },
+    { "mha x=B,S,64 heads=4 rope=neox", "rotate_item", 0 }, /* full mode: rotated where projected */
+    { "mha x=B,S,64 heads=4 rope=neox", "rope_block(", 1 },
+    { "mha x=B,S,64 heads=4 rope=neox", "z->fused", 1 },
+    { "mha x=B,S,64 heads=2 head_dim=32 rope=neox", "linear_hm", 1 }, /* and by head, k head-major */
+    { "mha x=B,S,64 heads=2 head_dim=32 rope=neox", "PROJ_SLAB", 1 },
+    { "mha mode=core q=B,4,S,16 rope=neox", "rotate_item", 1 },
+    { "mha x=B,S,64 heads=4 cache=40 rope=neox", "rotate_item", 1 },
     { "mha x=B,S,64 heads=4", "rotate_item", 0 },
-    { "mha x=B,S,64 heads=4 rope=neox", "z->fused", 0 },  /* rotation has a phase of its own */
+    { "mha x=B,S,64 heads=4", "rope_table", 0 },
     { "mha x=B,S,64 heads=4 rope=gptj", "x[2 * d + 1]", 1 },
     { "mha x=B,S,64 heads=4 rope=neox", "x[2 * d + 1]", 0 },
     { "mha x=B,S,64 heads=4 weights_out", "a_i[j]", 1 },
@@ -605,6 +611,11 @@ static void sweep_modifiers(attnc_backend be)
     "mha mode=core q=1,8,1,32 kv=1,2,T,32 rope=neox mask=key", /* decoding: the query at the last position */
     "mha x=B,S,32 heads=2 rope=gptj softcap=5 dtype=f64",
     "mha x=B,S,32 heads=2 rope=neox dtype=bf16 causal",
+    /* RoPE at projection time: fused, by head (k head-major, or rows apart), whole-head projection items */
+    "mha x=4,S,64 heads=2 rope=neox causal",
+    "gqa x=B,S,128 heads=4 kv_heads=2 rope=gptj rope_dim=16 mask=key",
+    "alphafold x=2,S,3,64 attn_dim=1 heads=2 head_dim=32 rope=neox gated",
+    "mha x=1,S,192 heads=3 head_dim=64 rope=neox", /* 2 threads: not by head */
     /* weights_out: the kernel's own weights, every empty_rows mode, with the rest */
     "mha x=B,S,16 heads=2 weights_out mask=key causal",
     "mha x=B,S,16 heads=2 weights_out lse mask=key window=2,1 empty_rows=uniform",
