@@ -138,6 +138,11 @@ typedef struct attnc_prims {
   /* attend for a dtype=bf16 kernel: q, k, v and p may be rounded to bf16
    * (AMX-BF16 tiles where the CPU has them), the rest as attend */
   void (*attend_bf16)(const attnc_tile *t);
+  /* c (m x n) = a (m x k) b (k x n), plus c's old values when acc: a[i][p] at a[i * a_rs + p * a_cs] (so
+   * either operand order), b[p][j] at b[p * ldb + j], c[i][j] at c[i * ldc + j].  Each c[i][j] is one
+   * chain of multiply-adds over p in order, so its bits do not depend on m or n (a backward's tiles) */
+  void (*matmul)(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb, float *c,
+                 long ldc, int acc);
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))
