@@ -105,7 +105,7 @@ typedef struct attnc_prims {
   void (*linear_heads)(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                        const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
   /* linear's packing of an (n_out, n_in) weight into pack_size floats, 64-byte aligned (the runtime packs
-   * bound weights; a backward packs the transposed operands of its gradients' products) */
+   * bound weights) */
   long (*pack_size)(long n_out, long n_in);
   void (*pack)(const float *w, long n_out, long n_in, float *packed);
   /* linear and linear_heads over int8 weights kept int8 (spec key
