@@ -198,10 +198,12 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
        * pairs, and dW, dx for each projection (twice its forward) */
       const double sl = g.global ? 1 : Sq, rows_o = g.core ? 0 : rows_out;
       double bw = total + scores + 4 * scores + 2 * (proj + gate + outp), bytes;
-      /* the fast form's NAME_backward_bytes: heads and their gradients, k
-       * and v transposed, lse and D per row (and a sink term) */
-      bytes = 2 * nb * H * Sq * C + 4 * nb * G * Sk * C + 2 * nb * H * sl * C + 2 * nb * H * sl + (g.sinks ? nb * H * sl : 0) +
-              2 * nb * G * (double)(((long)Sk + 63) / 64 * 64) * C; /* BW_TK = 64 keys per tile */
+      /* the fast form's NAME_backward_bytes: heads and their gradients (a
+       * core kernel in the heads' layout copies only q, and k and v to
+       * rotate them), k and v transposed, lse and D per row (and a sink term) */
+      if (g.core && !g.layout_bshc && !g.global) bytes = nb * H * Sq * C + (g.rope ? 2 * nb * G * Sk * C : 0);
+      else bytes = 2 * nb * H * Sq * C + 4 * nb * G * Sk * C + 2 * nb * H * sl * C;
+      bytes += 2 * nb * H * sl + (g.sinks ? nb * H * sl : 0) + 2 * nb * G * (double)(((long)Sk + 63) / 64 * 64) * C; /* BW_TK = 64 keys per tile */
       if (g.global) bytes += 2 * nb * H * C + nb;
       if (!g.core) {
         bytes += 2 * rows_x * H * C + 4 * rows_kv * G * C + 2 * rows_o * H * C;

@@ -461,6 +461,23 @@ void attnc_prims_narrow16_generic(int f16, const float *src, void *dst, long n)
   for (e = 0; e < n; e++) d[e] = narrow1(f16, src[e]);
 }
 
+/* The same order as the vector versions: each c[i][j] sums a[i][p] b[p][j]
+ * over p in order, onto c[i][j] when acc. */
+void attnc_prims_matmul_generic(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb,
+                                float *c, long ldc, int acc)
+{
+  long i, j, p;
+  for (i = 0; i < m; i++) {
+    float *ci = c + i * ldc;
+    if (!acc)
+      for (j = 0; j < n; j++) ci[j] = 0;
+    for (p = 0; p < k; p++) {
+      const float aip = a[i * a_rs + p * a_cs], *bp = b + p * ldb;
+      for (j = 0; j < n; j++) ci[j] += aip * bp[j];
+    }
+  }
+}
+
 static attnc_prims table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
@@ -484,6 +501,7 @@ static void choose(void)
   table.widen16 = attnc_prims_widen16_generic;
   table.narrow16 = attnc_prims_narrow16_generic;
   table.attend_kv = attnc_prims_attend_kv_generic;
+  table.matmul = attnc_prims_matmul_generic;
 #if defined(__x86_64__) && defined(__GNUC__)
   /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
   const int generic_only = force && strcmp(force, "generic") == 0;
@@ -515,6 +533,7 @@ static void choose(void)
     table.attend = attnc_prims_attend_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
     table.attend_kv = attnc_prims_attend_kv_avx512;
+    table.matmul = attnc_prims_matmul_avx512;
   } else if (!generic_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     table.isa = "avx2";
     table.linear = attnc_prims_linear_avx2;
@@ -528,6 +547,7 @@ static void choose(void)
     table.attend = attnc_prims_attend_avx2;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
     table.attend_kv = attnc_prims_attend_kv_avx2;
+    table.matmul = attnc_prims_matmul_avx2;
   }
 #endif
   /* a bf16 kernel's attention: on the tiles with the AMX linear, else attend */

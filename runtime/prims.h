@@ -153,6 +153,9 @@ int attnc_prims_fits_lanes(const attnc_tile *t);
 /* the empty-row rule for row r (o_row is where the result goes) */
 void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row);
 
+void attnc_prims_matmul_generic(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb,
+                                float *c, long ldc, int acc);
+
 #if defined(__x86_64__) || defined(__i386__)
 void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                                const float *b, float *y, long y_stride);
@@ -189,6 +192,10 @@ void attnc_prims_attend_kv_avx2(const attnc_tile *t, int kv_type, const void *k,
 void attnc_prims_linear_heads_avx2(const float *x, long rows, long x_stride, long n_in, const float *packed,
                                    long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
                                    long head_stride);
+void attnc_prims_matmul_avx512(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb,
+                               float *c, long ldc, int acc);
+void attnc_prims_matmul_avx2(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb,
+                             float *c, long ldc, int acc);
 #endif
 
 #endif

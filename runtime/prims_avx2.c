@@ -1189,3 +1189,51 @@ void attnc_prims_attend_kv_avx2(const attnc_tile *t, int kv_type, const void *k,
   if (kv_type == ATTNC_KV_BF16) attend_kv_bf16(t, k, v);
   else attend_kv_int8(t, k, k_scale, v, v_scale);
 }
+
+/* matmul: c's rows MM_MR at a time by up to 3 vectors (24 columns), in
+ * registers over all of k (12 accumulators, 3 rows of b and a broadcast:
+ * the 16 registers); the last vector is masked to the columns there are. */
+#define MM_MR 4
+INLINE void mm_block(const int MR, const int NV, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb,
+                     float *c, long ldc, int acc, long tail)
+{
+  const __m256i tm = lanes8(tail);
+  __m256 s[MM_MR][3], bv[3];
+  long p;
+  int i, v;
+  for (i = 0; i < MR; i++)
+    for (v = 0; v < NV; v++)
+      s[i][v] = acc ? (v == NV - 1 ? _mm256_maskload_ps(c + i * ldc + 8 * v, tm) : _mm256_loadu_ps(c + i * ldc + 8 * v))
+                    : _mm256_setzero_ps();
+  for (p = 0; p < k; p++) {
+    const float *bp = b + p * ldb, *ap = a + p * a_cs;
+    for (v = 0; v < NV; v++) bv[v] = v == NV - 1 ? _mm256_maskload_ps(bp + 8 * v, tm) : _mm256_loadu_ps(bp + 8 * v);
+    for (i = 0; i < MR; i++) {
+      const __m256 ai = _mm256_broadcast_ss(ap + i * a_rs);
+      for (v = 0; v < NV; v++) s[i][v] = _mm256_fmadd_ps(ai, bv[v], s[i][v]);
+    }
+  }
+  for (i = 0; i < MR; i++)
+    for (v = 0; v < NV; v++)
+      if (v == NV - 1) _mm256_maskstore_ps(c + i * ldc + 8 * v, tm, s[i][v]);
+      else _mm256_storeu_ps(c + i * ldc + 8 * v, s[i][v]);
+}
+
+#define MM_CASE(R, V) \
+  case R * 4 + V: mm_block(R, V, k, ai, a_rs, a_cs, bj, ldb, cij, ldc, acc, tail); break;
+#define MM_CASES(R) MM_CASE(R, 1) MM_CASE(R, 2) MM_CASE(R, 3)
+
+void attnc_prims_matmul_avx2(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb,
+                             float *c, long ldc, int acc)
+{
+  long i0, j0;
+  for (j0 = 0; j0 < n; j0 += 24) {
+    const long w = n - j0 < 24 ? n - j0 : 24, nv = (w + 7) / 8, tail = w - 8 * (nv - 1);
+    for (i0 = 0; i0 < m; i0 += MM_MR) {
+      const long mr = m - i0 < MM_MR ? m - i0 : MM_MR;
+      const float *ai = a + i0 * a_rs, *bj = b + j0;
+      float *cij = c + i0 * ldc + j0;
+      switch (mr * 4 + nv) { MM_CASES(1) MM_CASES(2) MM_CASES(3) MM_CASES(4) }
+    }
+  }
+}

@@ -1451,3 +1451,50 @@ void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *
     else attend_kv_int8(t, k, k_scale, v, v_scale);
   }
 }
+
+/* matmul: c's rows MM_MR at a time by up to 4 vectors (64 columns), in
+ * registers over all of k: a[i][p] broadcast, b's row p loaded once for
+ * the MM_MR rows.  The last vector is masked to the columns there are. */
+#define MM_MR 6
+INLINE void mm_block(const int MR, const int NV, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb,
+                     float *c, long ldc, int acc, __mmask16 tm)
+{
+  __m512 s[MM_MR][4], bv[4];
+  long p;
+  int i, v;
+  for (i = 0; i < MR; i++)
+    for (v = 0; v < NV; v++)
+      s[i][v] = acc ? _mm512_maskz_loadu_ps(v == NV - 1 ? tm : (__mmask16)0xFFFF, c + i * ldc + 16 * v) : _mm512_setzero_ps();
+  for (p = 0; p < k; p++) {
+    const float *bp = b + p * ldb, *ap = a + p * a_cs;
+    for (v = 0; v < NV; v++) bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(tm, bp + 16 * v) : _mm512_loadu_ps(bp + 16 * v);
+    for (i = 0; i < MR; i++) {
+      const __m512 ai = _mm512_set1_ps(ap[i * a_rs]);
+      for (v = 0; v < NV; v++) s[i][v] = _mm512_fmadd_ps(ai, bv[v], s[i][v]);
+    }
+  }
+  for (i = 0; i < MR; i++)
+    for (v = 0; v < NV; v++) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, v == NV - 1 ? tm : (__mmask16)0xFFFF, s[i][v]);
+}
+
+#define MM_CASE(R, V) \
+  case R * 8 + V: mm_block(R, V, k, ai, a_rs, a_cs, bj, ldb, cij, ldc, acc, tm); break;
+#define MM_CASES(R) MM_CASE(R, 1) MM_CASE(R, 2) MM_CASE(R, 3) MM_CASE(R, 4)
+
+void attnc_prims_matmul_avx512(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb,
+                               float *c, long ldc, int acc)
+{
+  long i0, j0;
+  for (j0 = 0; j0 < n; j0 += 64) {
+    const long w = n - j0 < 64 ? n - j0 : 64, nv = (w + 15) / 16;
+    const __mmask16 tm = tail_mask(w - 16 * (nv - 1));
+    for (i0 = 0; i0 < m; i0 += MM_MR) {
+      const long mr = m - i0 < MM_MR ? m - i0 : MM_MR;
+      const float *ai = a + i0 * a_rs, *bj = b + j0;
+      float *cij = c + i0 * ldc + j0;
+      switch (mr * 8 + nv) {
+        MM_CASES(1) MM_CASES(2) MM_CASES(3) MM_CASES(4) MM_CASES(5) MM_CASES(6)
+      }
+    }
+  }
+}

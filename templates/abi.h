@@ -108,7 +108,7 @@ typedef struct attnc_prims {
   void (*linear_heads)(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                        const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
   /* linear's packing of an (n_out, n_in) weight into pack_size floats, 64-byte aligned (the runtime packs
-   * bound weights; a backward packs the transposed operands of its gradients' products) */
+   * bound weights) */
   long (*pack_size)(long n_out, long n_in);
   void (*pack)(const float *w, long n_out, long n_in, float *packed);
   /* linear and linear_heads over int8 weights kept int8 (spec key
@@ -149,6 +149,11 @@ typedef struct attnc_prims {
    * v widened whole).  NULL: the kernel widens the rows itself. */
   void (*attend_kv)(const attnc_tile *t, int kv_type, const void *k, const float *k_scale, const void *v,
                     const float *v_scale);
+  /* c (m x n) = a (m x k) b (k x n), plus c's old values when acc: a[i][p] at a[i * a_rs + p * a_cs] (so
+   * either operand order), b[p][j] at b[p * ldb + j], c[i][j] at c[i * ldc + j].  Each c[i][j] is one
+   * chain of multiply-adds over p in order, so its bits do not depend on m or n (a backward's tiles) */
+  void (*matmul)(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb, float *c,
+                 long ldc, int acc);
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))

@@ -846,6 +846,87 @@ static void test_prims_sigmoid_mul(void **state)
   assert_int_equal(fails, 0);
 }
 
+typedef void (*matmul_fn)(long, long, long, const float *, long, long, const float *, long, float *, long, int);
+
+/* c (m x n, rows n + 3 apart) = a b (+ c when acc) against a double loop,
+ * a read as a (m x k) matrix (trans 0: rows k + 1 apart) or as the
+ * transpose of a (k x m) one (trans 1: a backward's p^T dO); the gaps
+ * between c's rows must survive.  Then the same product one row and one
+ * column block at a time must give the same bits (the backward's tiles
+ * and items split it so). */
+static int check_matmul(const char *isa, matmul_fn f, long m, long n, long k, int trans, int acc)
+{
+  const long lda = trans ? m + 2 : k + 1, ldb = n + 5, ldc = n + 3;
+  const long a_rs = trans ? 1 : lda, a_cs = trans ? lda : 1;
+  float *a = malloc(sizeof(float) * (size_t)((trans ? k : m) * lda)), *b = malloc(sizeof(float) * (size_t)(k * ldb));
+  float *c = malloc(sizeof(float) * (size_t)(m * ldc)), *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
+  float *c2 = malloc(sizeof(float) * (size_t)(m * ldc));
+  double worst = 0;
+  long i, j, p, same = 1;
+  reseed((uint64_t)(((m * 4099 + n) * 4099 + k) * 4 + trans * 2 + acc) + 7000001);
+  for (i = 0; i < (trans ? k : m) * lda; i++) a[i] = frand();
+  for (i = 0; i < k * ldb; i++) b[i] = frand();
+  for (i = 0; i < m * ldc; i++) c0[i] = i % ldc < n ? frand() : 12345.0f;
+  memcpy(c, c0, sizeof(float) * (size_t)(m * ldc));
+  f(m, n, k, a, a_rs, a_cs, b, ldb, c, ldc, acc);
+  for (i = 0; i < m; i++) {
+    for (j = 0; j < n; j++) {
+      double want = acc ? c0[i * ldc + j] : 0, mag = fabs(want), e;
+      for (p = 0; p < k; p++) {
+        const double t = (double)a[i * a_rs + p * a_cs] * b[p * ldb + j];
+        want += t;
+        mag += fabs(t);
+      }
+      e = fabs(c[i * ldc + j] - want) / (1e-6 * mag + 1e-30);
+      if (e > worst) worst = e;
+    }
+    for (j = n; j < ldc; j++)
+      if (c[i * ldc + j] != 12345.0f) worst = INFINITY;
+  }
+  memcpy(c2, c0, sizeof(float) * (size_t)(m * ldc));
+  for (i = 0; i < m; i++)
+    for (j = 0; j < n; j += 17) /* odd column blocks: vectors start anywhere */
+      f(1, n - j < 17 ? n - j : 17, k, a + i * a_rs, a_rs, a_cs, b + j, ldb, c2 + i * ldc + j, ldc, acc);
+  for (i = 0; i < m * ldc; i++) same &= c[i] == c2[i] || (c[i] != c[i] && c2[i] != c2[i]);
+  free(a); free(b); free(c); free(c0); free(c2);
+  if (worst > 1 || !same)
+    fprintf(stderr, "matmul [%s] m=%ld n=%ld k=%ld trans=%d acc=%d: error %.3g of tolerance%s\n", isa, m, n, k, trans, acc,
+            worst, same ? "" : "; the bits depend on the split");
+  return worst <= 1 && same;
+}
+
+/* The shapes a backward's tiles give it: rows (1, 7, 17) against keys
+ * (1, 63, 65) with head widths c (16, 40, 64, 128): s = q k^T and dp =
+ * dO v^T (rows x keys over c), dq += ds k (rows x c over keys), dv += p^T
+ * dO and dk += ds^T q (keys x c over rows, a transposed). */
+static void test_prims_matmul(void **state)
+{
+  static const long rows[] = { 1, 7, 17 }, keys[] = { 1, 63, 65 }, cs[] = { 16, 40, 64, 128 };
+  struct { const char *isa; matmul_fn f; int on; } fns[3];
+  size_t r, j, d, u;
+  int acc, fails = 0;
+  (void)state;
+  fns[0].isa = "generic"; fns[0].f = attnc_prims_matmul_generic; fns[0].on = 1;
+  fns[1].isa = "avx512"; fns[1].f = attnc_prims_matmul_avx512; fns[1].on = have_avx512();
+  fns[2].isa = "avx2"; fns[2].f = attnc_prims_matmul_avx2; fns[2].on = have_avx2();
+  assert_non_null(attnc_prims_get()->matmul);
+  for (u = 0; u < 3; u++) {
+    if (!fns[u].on) continue;
+    for (r = 0; r < 3; r++)
+      for (j = 0; j < 3; j++)
+        for (d = 0; d < 4; d++)
+          for (acc = 0; acc < 2; acc++) {
+            fails += !check_matmul(fns[u].isa, fns[u].f, rows[r], keys[j], cs[d], 0, acc);
+            fails += !check_matmul(fns[u].isa, fns[u].f, rows[r], cs[d], keys[j], 0, acc);
+            fails += !check_matmul(fns[u].isa, fns[u].f, keys[j], cs[d], rows[r], 1, acc);
+          }
+  }
+  fails += !check_matmul("table", attnc_prims_get()->matmul, 16, 64, 64, 0, 1);
+  if (!have_avx512()) printf("SKIP avx512 matmul: this CPU has no AVX-512 (generic checked)\n");
+  if (!have_avx2()) printf("SKIP avx2 matmul: this CPU has no AVX2 and FMA (generic checked)\n");
+  assert_int_equal(fails, 0);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -859,6 +940,7 @@ int main(void)
     cmocka_unit_test(test_prims_attend_bf16),
     cmocka_unit_test(test_prims_attend_kv),
     cmocka_unit_test(test_prims_sigmoid_mul),
+    cmocka_unit_test(test_prims_matmul),
   };
   printf("primitives in use: %s\n", attnc_prims_get()->isa);
   return cmocka_run_group_tests(tests, NULL, NULL);

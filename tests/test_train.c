@@ -41,6 +41,13 @@ static const char *const GRAD_SPECS[] = {
   "gqa x=2,S,32 heads=4 kv_heads=2 rope=neox causal dropout=0.1",
   "alphafold x=S,R,12 attn_dim=-3 heads=3 head_dim=4 global mask=key dropout=0.25 dtype=f64",
   "mha mode=core q=2,2,6,8 kv=2,2,6,8 causal dropout=0.5 dtype=f64",
+  /* f32, whose fast backward takes the matmul primitive: the score
+   * modifiers, and more than one tile of rows and of keys (with tails) */
+  "mha mode=core q=2,4,5,8 kv=2,2,7,8 causal=bottom_right bias=4,5,7",
+  "mha x=2,S,24 heads=6 alibi softcap=5 causal",
+  "gqa x=2,S,32 heads=4 kv_heads=2 sinks window=2,0 mask=key",
+  "alphafold x=S,R,12 attn_dim=-3 heads=3 head_dim=4 global global_mean=masked mask=key",
+  "mha mode=core q=1,2,37,16 kv=1,1,77,16 causal=bottom_right",
 };
 
 struct tally {
@@ -296,13 +303,15 @@ static void test_train_dropout_zero(void **state)
 /* The fast form's backward spreads its passes over the bindings' threads;
  * every item writes only its own outputs in an order the shapes fix, so
  * out and every gradient must be the same bits for 1, 2 and 3 threads
- * (a broadcast pair bias, GQA with rope and sinks, dropout, core bshc). */
+ * (a broadcast pair bias, GQA with rope and sinks, dropout, core bshc, core
+ * in the heads' layout with a bias, over tiles of rows and keys with tails). */
 static void test_train_same_bits_any_threads(void **state)
 {
   static const char *const specs[] = {
     "alphafold x=2,3,40,16 heads=2 head_dim=8 gated bias=2,1,2,40,40 mask=key train dropout=0.2",
     "gqa x=2,70,32 heads=4 kv_heads=2 rope=neox causal sinks train dropout=0.1",
     "mha mode=core q=2,33,4,8 kv=2,65,2,8 layout=bshc mask=key softcap=4 train",
+    "mha mode=core q=2,4,37,16 kv=2,2,77,16 causal=bottom_right bias=4,37,77 train",
   };
   (void)state;
   for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++)
