@@ -104,8 +104,8 @@ static void report(const char *what, attnc_backend be, const struct sweep *sw)
 static int same_primitives_under_model(const char *what)
 {
   if (!getenv("ATTNC_TEST_MODEL")) return 0;
-  printf("skipped under the AVX-512 model: %s call the primitives the f32 sweeps above already ran on it "
-         "(make test's main run covers them)\n", what);
+  printf("skipped under the AVX-512 model: %s (their primitives are checked under the model by test_prims; "
+         "make test's main run covers the kernels)\n", what);
   return 1;
 }
 
@@ -585,7 +585,7 @@ static void test_kernels_plain_form_cc(void **s) { (void)s; sweep_plain_form(ATT
  * compared too (-inf where a row sees no key). */
 static void sweep_modifiers(attnc_backend be)
 {
-  if (same_primitives_under_model("kernels with score modifiers (their attention in C loops)")) return;
+  if (same_primitives_under_model("kernels with score modifiers")) return;
   static const char *const specs[] = {
     "mha x=B,S,16 heads=2 softcap=2.5",
     "gqa x=B,S,24 heads=4 kv_heads=2 alibi causal",
@@ -658,11 +658,28 @@ static void test_kernels_modifiers_plain(void **s)
  * and the plain form.  The 16-bit kernels run the f32 kernels' phases
  * between widening and narrowing, so the cc backend takes every sweep
  * and tcc a share of them, to keep the suite's time. */
+/* Core-mode decoding steps (a few query rows, many keys; 1030 keys are
+ * split over threads): a bf16 kernel's attend_kv reads k and v as stored */
+static void sweep_decode(attnc_backend be)
+{
+  static const int64_t lens[] = { 1, 7, 1030 };
+  struct sweep sw = { 0, 0 };
+  size_t l;
+  for (l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+    one(&sw, be, "mha mode=core q=B,8,1,32 kv=B,2,S,32", lens[l], 0, 0, 700 + l);
+    one(&sw, be, "mha mode=core q=B,6,2,40 kv=B,3,S,40 causal=bottom_right mask=key", lens[l], 1, 0.8, 710 + l);
+    one(&sw, be, "mha mode=core q=1,4,1,64 kv=1,4,S,64 softcap=4 window=300,0 causal=bottom_right", lens[l], 0, 0, 720 + l);
+  }
+  report("decode", be, &sw);
+  assert_int_equal(sw.fails, 0);
+}
+
 static void sweep_16(const char *dt, attnc_backend be)
 {
   if (same_primitives_under_model("bf16 and f16 kernels")) return;
   dtype = dt;
   sweep_heads(be);
+  sweep_decode(be);
   sweep_features(be);
   if (be == ATTNC_BACKEND_CC) {
     sweep_axes(be);
@@ -682,11 +699,11 @@ static void test_kernels_f16_cc(void **s) { (void)s; sweep_16("f16", ATTNC_BACKE
 
 /* int8 weight matrices with their per-row scales (weights=int8), with f32
  * and with bf16 activations (core-mode specs have no weights and run as
- * they are); the fast form packs them dequantised, the C loops and the
- * plain form dequantise them every run. */
+ * they are); the fast form packs them int8 (linear_q8), the C loops and
+ * the plain form dequantise them every run. */
 static void sweep_int8(attnc_backend be)
 {
-  if (same_primitives_under_model("int8-weight kernels (packed dequantised)")) return;
+  if (same_primitives_under_model("int8-weight kernels")) return;
   weights = "int8";
   sweep_heads(be);
   sweep_features(be);
