@@ -1376,7 +1376,8 @@ INLINE void attend_kv_body(const int KVT, const int WHOLE, const attnc_tile *t, 
   const long kb = t->k_stride * esize, vb = t->v_stride * esize, row_bytes = c * esize;
   const long tail32 = c - ((c + 31) / 32 - 1) * 32; /* bf16 values in the last 32-value chunk, 1..32 */
   const __mmask32 m32 = tail32 >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << tail32) - 1u);
-  const __mmask16 m16 = tail_mask(c - (nv - 1) * 16);
+  /* the last 16-lane vector's live lanes (bf16 rounds to pairs of vectors: possibly none) */
+  const __mmask16 m16 = tail_mask(c - (nv - 1) * 16 > 0 ? c - (nv - 1) * 16 : 0);
   float *O = t->work, *M = O + r16 * cp, *L = M + r16, *S = L + r16, *Q = S + r16 * KT;
   long r, d, jmin = t->k_end, jmax = t->k_begin - 1, j0;
 
