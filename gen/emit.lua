@@ -249,7 +249,15 @@ function M.emit(p, form)
       convert_env(p, env, M.widened(p))
       env.HPG = p.HPG
       env.bias_h_on, env.bias_i_on = p.bias_h and true or false, (p.bias_i and not p.global) and true or false
+      -- the bias has its own block for each batch element (every batch axis of more than one)
+      env.bias_b_on = p.has_bias and true or false
+      for _, ax in ipairs(p.batch) do
+        if ax.size ~= 1 and not ax.bias_stride then env.bias_b_on = false end
+      end
       env.use_prims = p.dtype ~= "f64"
+      -- the forward's rows on the attend primitive (its lse output): what it takes without finishing rows
+      env.prim_forward = env.use_prims and not p.global and not p.alibi and not p.sinks and not p.dropout and not p.cache
+      env.empty_code = EMPTY_ROWS[p.empty_rows]
       env.fast = true
       source = source .. render("backward_common.c.tmpl", env) .. render("fast_backward.c.tmpl", env) .. render("backward_bytes.c.tmpl", env)
     end

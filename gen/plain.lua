@@ -132,6 +132,10 @@ function M.env(p)
   end
   if p.has_mask then insert(hide, "!mask_b[j]") end
   e.masked = #hide > 0
+  -- the same bounds as an attend tile takes them (j >= i + lo, j <= i + hi), for a spec without a cache
+  local t_off = s.causal == "bottom_right" and "Sk - Sq" or "0"
+  e.tile_lo = s.window and sformat("%s - %d", t_off, s.window[1]) or false
+  e.tile_hi = s.causal ~= "none" and t_off or (s.window and sformat("%s + %d", t_off, s.window[2])) or false
   e.hide = concat(hide, " || ")
   e.mask_uses_i = s.causal ~= "none" or s.window and true or false
   e.mask_uses_S = p_off == " + Sk - Sq"
@@ -159,6 +163,9 @@ function M.env(p)
     if p.bias_i and not e.global then insert(boff, mul("i", ex(p.bias_i))) end
     e.bias_off = #boff > 0 and concat(boff, " + ") or "0"
     e.bias_j = p.bias_j and "j" or "0"
+    -- the bias's strides along the queries and keys (0: shared along them)
+    e.bias_is = (p.bias_i and not e.global) and ex(p.bias_i) or "0"
+    e.bias_js = p.bias_j and ex(p.bias_j) or "0"
     e.bias_shape = text(s.bias)
     e.bias_n = ex(plan.prod(s.bias))
   end

@@ -48,6 +48,12 @@ static const char *const GRAD_SPECS[] = {
   "gqa x=2,S,32 heads=4 kv_heads=2 sinks window=2,0 mask=key",
   "alphafold x=S,R,12 attn_dim=-3 heads=3 head_dim=4 global global_mean=masked mask=key",
   "mha mode=core q=1,2,37,16 kv=1,1,77,16 causal=bottom_right",
+  /* the fused pass's key chunks (more than 128 keys) with the bias gradient
+   * owned per head (shared along the batch), per batch element, and by
+   * one item (shared along the heads, GQA) */
+  "alphafold x=2,2,150,8 heads=2 head_dim=4 gated bias=2,150,150 mask=key",
+  "mha mode=core q=2,2,3,8 kv=2,2,150,8 bias=2,2,3,150 softcap=3",
+  "gqa x=2,150,16 heads=4 kv_heads=2 bias=1,150,150 causal",
 };
 
 struct tally {
@@ -304,7 +310,8 @@ static void test_train_dropout_zero(void **state)
  * every item writes only its own outputs in an order the shapes fix, so
  * out and every gradient must be the same bits for 1, 2 and 3 threads
  * (a broadcast pair bias, GQA with rope and sinks, dropout, core bshc, core
- * in the heads' layout with a bias, over tiles of rows and keys with tails). */
+ * in the heads' layout with a bias, over tiles of rows and keys with tails;
+ * a bias shared along the heads or the batch over several key chunks). */
 static void test_train_same_bits_any_threads(void **state)
 {
   static const char *const specs[] = {
@@ -312,6 +319,8 @@ static void test_train_same_bits_any_threads(void **state)
     "gqa x=2,70,32 heads=4 kv_heads=2 rope=neox causal sinks train dropout=0.1",
     "mha mode=core q=2,33,4,8 kv=2,65,2,8 layout=bshc mask=key softcap=4 train",
     "mha mode=core q=2,4,37,16 kv=2,2,77,16 causal=bottom_right bias=4,37,77 train",
+    "gqa x=2,150,16 heads=4 kv_heads=2 bias=1,150,150 causal train",
+    "alphafold x=2,2,150,8 heads=2 head_dim=4 gated bias=2,150,150 mask=key train dropout=0.1",
   };
   (void)state;
   for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++)
