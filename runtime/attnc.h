@@ -186,9 +186,10 @@ attnc_status attnc_grad_get(const attnc_bindings *b, const char *name, attnc_ten
  * grad slot the kernel reads, the stacked in_proj_* ones) and dout
  * converted to the kernel's dtype; 0 before the first attnc_grad. */
 long attnc_bindings_grad_bytes(const attnc_bindings *b);
-/* Bytes the backward of the last attnc_grad allocated for itself and freed
- * (NAME_backward_bytes: O(S), the forward's lse per row and projection
- * buffers, never Sq x Sk), besides the gradients; 0 before the first. */
+/* Bytes the backward of the last attnc_grad used for itself (NAME_backward_bytes:
+ * O(S), the forward's lse per row and projection buffers, never Sq x Sk),
+ * besides the gradients: the fast form's in one region the bindings keep
+ * between calls, the plain form's allocated and freed; 0 before the first. */
 long attnc_bindings_grad_scratch_bytes(const attnc_bindings *b);
 
 /* ---- names of the kernel's tensors ---- */

@@ -99,6 +99,7 @@ void attnc_bindings_free(attnc_bindings *b)
   free(b->grad_stacked[0]);
   free(b->grad_stacked[1]);
   free(b->dout_conv);
+  free(b->grad_work);
   free(b->pos[0]);
   free(b->pos[1]);
   free(b->cache_len);

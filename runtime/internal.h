@@ -175,7 +175,9 @@ struct attnc_bindings {
   size_t grad_stacked_n[2];
   void *dout_conv;
   size_t dout_n;
-  long grad_scratch;      /* what the last attnc_grad's backward allocated (NAME_backward_bytes) */
+  long grad_scratch;      /* what the last attnc_grad's backward used besides the gradients (NAME_backward_bytes) */
+  void *grad_work;        /* the fast form's backward's buffers, kept between calls (grad_work_n bytes) */
+  size_t grad_work_n;
   int ngrad;
   char grad_name[ATTNC_SLOT_COUNT][96];
   attnc_tensor grad_t[ATTNC_SLOT_COUNT];

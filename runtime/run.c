@@ -413,6 +413,11 @@ attnc_status attnc_grad(attnc_bindings *b, attnc_tensor *out, const attnc_tensor
     args.grad[slot] = b->grad[slot];
   }
   b->grad_scratch = b->k->fns.backward_bytes ? b->k->fns.backward_bytes(&args) : 0;
+  if (!g->plain && b->grad_scratch > 0) { /* the fast form carves its buffers from one region the bindings keep */
+    if (!room(&b->grad_work, &b->grad_work_n, (size_t)b->grad_scratch + 64, 1))
+      return attnc_err_set(err, ATTNC_ENOMEM, "out of memory for the backward pass's %ld bytes of buffers", b->grad_scratch);
+    args.grad_work = (char *)b->grad_work + (64 - (size_t)((uintptr_t)b->grad_work % 64)) % 64;
+  }
   if (b->k->fns.backward(&args) != 0)
     return attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the backward pass (it allocates %ld bytes besides the "
                          "gradients)", b->grad_scratch);

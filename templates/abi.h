@@ -189,5 +189,10 @@ typedef struct attnc_args {
    * gradients do not depend on it.  NULL: the items run in order. */
   void (*parallel)(void *pool, long items, void (*fn)(void *ctx, long item), void *ctx);
   void *pool;
+  /* The fast form's NAME_backward carves its own buffers from this, when
+   * set: NAME_backward_bytes(args) bytes, 64-byte aligned, which the
+   * caller keeps from one call to the next (so that their pages stay
+   * mapped); NULL: it allocates and frees them. */
+  void *grad_work;
 } attnc_args;
 #endif
