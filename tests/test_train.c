@@ -311,7 +311,11 @@ static void test_train_dropout_zero(void **state)
  * out and every gradient must be the same bits for 1, 2 and 3 threads
  * (a broadcast pair bias, GQA with rope and sinks, dropout, core bshc, core
  * in the heads' layout with a bias, over tiles of rows and keys with tails;
- * a bias shared along the heads or the batch over several key chunks). */
+ * a bias shared along the heads or the batch over several key chunks;
+ * global attention, sinusoidal encoding).  The calls after the first
+ * also find the backward's buffers, which the bindings keep, holding the
+ * first call's values: a buffer the backward read before writing would
+ * change the bits. */
 static void test_train_same_bits_any_threads(void **state)
 {
   static const char *const specs[] = {
@@ -321,6 +325,9 @@ static void test_train_same_bits_any_threads(void **state)
     "mha mode=core q=2,4,37,16 kv=2,2,77,16 causal=bottom_right bias=4,37,77 train",
     "gqa x=2,150,16 heads=4 kv_heads=2 bias=1,150,150 causal train",
     "alphafold x=2,2,150,8 heads=2 head_dim=4 gated bias=2,150,150 mask=key train dropout=0.1",
+    "alphafold x=2,3,40,16 heads=2 head_dim=8 gated global mask=key train",
+    "mha x=2,70,16 kv=2,33,8 heads=2 pe=sinusoidal mask=key train",
+    "mha x=2,70,16 heads=2 pe=sinusoidal causal train",
   };
   (void)state;
   for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++)
