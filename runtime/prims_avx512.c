@@ -1203,12 +1203,12 @@ void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n)
   for (; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
-/* ---- attention over a KV cache stored as bf16 or int8 (decoding) ----
+/* ---- attention over a KV cache stored as bf16, f16 or int8 (decoding) ----
  *
  * attend_cols' direct path (few rows, scores along the keys) with the
  * keys and values read as they are stored and widened in registers, so
- * that a decoding step over a long cache reads half (bf16) or a quarter
- * (int8) of the bytes of an f32 cache, and the next key tile is asked
+ * that a decoding step over a long cache reads half (bf16, f16) or a
+ * quarter (int8) of the bytes of an f32 cache, and the next key tile is asked
  * for while this one is scored, as qk_direct does.
  *
  * bf16: 32 values are loaded as 16 dwords, each holding an even value in
@@ -1216,19 +1216,23 @@ void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n)
  * widens the even values and a mask the odd ones, one op per 16 values.
  * The queries and the output rows are kept in that order (per 32 values,
  * the 16 even ones, then the 16 odd ones) and put back in order at the
- * end.  int8: 16 values sign-extended to dwords and converted; a row's
+ * end.  f16: 16 values a vcvtph2ps, in order.  int8: 16 values
+ * sign-extended to dwords and converted; a row's
  * scale multiplies its scores (k) and its probabilities (v), not each
  * value. */
 
 /* Vector u (of nv) of a cache row as f32: the last vector's lanes past c
  * read nothing and are 0 (m32: the last 32 bf16 values' mask, m16: the
- * last 16 int8 values'; WHOLE: c fills every vector, no masks). */
+ * last 16 f16 or int8 values'; WHOLE: c fills every vector, no masks). */
 INLINE __m512 kv_vec(const int KVT, const int WHOLE, const char *row, long u, long nv, __mmask32 m32, __mmask16 m16)
 {
   if (KVT == ATTNC_KV_BF16) {
     const short *p = (const short *)row + (u >> 1) * 32;
     const __m512i x = !WHOLE && u >= nv - 2 ? _mm512_maskz_loadu_epi16(m32, p) : _mm512_loadu_si512(p);
     return _mm512_castsi512_ps((u & 1) ? _mm512_and_si512(x, _mm512_set1_epi32(-65536)) : _mm512_slli_epi32(x, 16));
+  } else if (KVT == ATTNC_KV_F16) {
+    const short *p = (const short *)row + u * 16;
+    return _mm512_cvtph_ps(!WHOLE && u == nv - 1 ? _mm256_maskz_loadu_epi16(m16, p) : _mm256_loadu_si256((const __m256i *)p));
   } else {
     const signed char *p = (const signed char *)row + u * 16;
     const __m128i b = !WHOLE && u == nv - 1 ? _mm_maskz_loadu_epi8(m16, p) : _mm_loadu_si128((const __m128i *)p);
@@ -1371,7 +1375,7 @@ static long bf16_slot(long d) { return (d & ~31L) + (d & 1) * 16 + ((d & 31) >> 
 INLINE void attend_kv_body(const int KVT, const int WHOLE, const attnc_tile *t, const char *k, const float *ks, const char *v,
                            const float *vs)
 {
-  const long esize = KVT == ATTNC_KV_BF16 ? 2 : 1, rows = t->rows, c = t->c, r16 = round16(rows);
+  const long esize = KVT == ATTNC_KV_INT8 ? 1 : 2, rows = t->rows, c = t->c, r16 = round16(rows);
   const long nv = KVT == ATTNC_KV_BF16 ? 2 * ((c + 31) / 32) : (c + 15) / 16, cp = nv * 16;
   const long kb = t->k_stride * esize, vb = t->v_stride * esize, row_bytes = c * esize;
   const long tail32 = c - ((c + 31) / 32 - 1) * 32; /* bf16 values in the last 32-value chunk, 1..32 */
@@ -1432,6 +1436,14 @@ static void attend_kv_bf16_whole(const attnc_tile *t, const void *k, const void 
 {
   attend_kv_body(ATTNC_KV_BF16, 1, t, (const char *)k, NULL, (const char *)v, NULL);
 }
+static void attend_kv_f16(const attnc_tile *t, const void *k, const void *v)
+{
+  attend_kv_body(ATTNC_KV_F16, 0, t, (const char *)k, NULL, (const char *)v, NULL);
+}
+static void attend_kv_f16_whole(const attnc_tile *t, const void *k, const void *v)
+{
+  attend_kv_body(ATTNC_KV_F16, 1, t, (const char *)k, NULL, (const char *)v, NULL);
+}
 static void attend_kv_int8(const attnc_tile *t, const void *k, const float *ks, const void *v, const float *vs)
 {
   attend_kv_body(ATTNC_KV_INT8, 0, t, (const char *)k, ks, (const char *)v, vs);
@@ -1447,6 +1459,9 @@ void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *
   if (kv_type == ATTNC_KV_BF16) {
     if (t->c % 32 == 0) attend_kv_bf16_whole(t, k, v);
     else attend_kv_bf16(t, k, v);
+  } else if (kv_type == ATTNC_KV_F16) {
+    if (t->c % 16 == 0) attend_kv_f16_whole(t, k, v);
+    else attend_kv_f16(t, k, v);
   } else {
     if (t->c % 16 == 0) attend_kv_int8_whole(t, k, k_scale, v, v_scale);
     else attend_kv_int8(t, k, k_scale, v, v_scale);
