@@ -1240,6 +1240,22 @@ INLINE __m512 kv_vec(const int KVT, const int WHOLE, const char *row, long u, lo
   }
 }
 
+/* Vectors u and u + 1 of a bf16 row from one load (u even): *a, *b; other
+ * types vector u alone, in *a (*b is a too). */
+#define KV_STEP(KVT) ((KVT) == ATTNC_KV_BF16 ? 2 : 1)
+INLINE void kv_vecs(const int KVT, const int WHOLE, const char *row, long u, long nv, __mmask32 m32, __mmask16 m16,
+                    __m512 *a, __m512 *b)
+{
+  if (KVT == ATTNC_KV_BF16) {
+    const short *p = (const short *)row + (u >> 1) * 32;
+    const __m512i x = !WHOLE && u >= nv - 2 ? _mm512_maskz_loadu_epi16(m32, p) : _mm512_loadu_si512(p);
+    *a = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *b = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536)));
+  } else {
+    *a = *b = kv_vec(KVT, WHOLE, row, u, nv, m32, m16);
+  }
+}
+
 /* qkd_kernel on stored keys, kb bytes apart. */
 INLINE void qkd_kv_kernel(const int KVT, const int WHOLE, const int NK, const int MR, long nv, const float *Q, long cp, const char *k,
                           long kb, float *S, __mmask32 m32, __mmask16 m16)
@@ -1249,13 +1265,18 @@ INLINE void qkd_kv_kernel(const int KVT, const int WHOLE, const int NK, const in
   int i, r;
   for (r = 0; r < 4; r++)
     for (i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
-  for (v = 0; v < nv; v++) {
-    __m512 kv[4];
-    for (i = 0; i < NK; i++) kv[i] = kv_vec(KVT, WHOLE, k + i * kb, v, nv, m32, m16);
+  for (v = 0; v < nv; v += KV_STEP(KVT)) {
+    __m512 kv[4], kw[4];
+    for (i = 0; i < NK; i++) kv_vecs(KVT, WHOLE, k + i * kb, v, nv, m32, m16, &kv[i], &kw[i]);
     for (r = 0; r < MR; r++) {
       const __m512 q = _mm512_load_ps(Q + r * cp + v * 16);
       for (i = 0; i < NK; i++) acc[r][i] = _mm512_fmadd_ps(q, kv[i], acc[r][i]);
     }
+    if (KV_STEP(KVT) == 2)
+      for (r = 0; r < MR; r++) {
+        const __m512 q = _mm512_load_ps(Q + r * cp + (v + 1) * 16);
+        for (i = 0; i < NK; i++) acc[r][i] = _mm512_fmadd_ps(q, kw[i], acc[r][i]);
+      }
   }
   sums = hsum4x4(acc);
   for (r = 0; r < MR; r++) _mm_mask_storeu_ps(S + r * KT, (__mmask8)((1u << NK) - 1u), _mm512_extractf32x4_ps(sums, r));
@@ -1319,7 +1340,7 @@ INLINE void pv_kv_kernel(const int KVT, const int WHOLE, const int MR, const int
   for (j = 0; j < kt; j++) {
     const char *vr = v + j * vb;
     __m512 b[4];
-    for (u = 0; u < NVV; u++) b[u] = kv_vec(KVT, WHOLE, vr, cv0 + u, nv, m32, m16);
+    for (u = 0; u < NVV; u += KV_STEP(KVT)) kv_vecs(KVT, WHOLE, vr, cv0 + u, nv, m32, m16, &b[u], &b[u + KV_STEP(KVT) - 1]);
     for (i = 0; i < MR; i++) {
       const __m512 p = _mm512_set1_ps(P[i * KT + j]);
       for (u = 0; u < NVV; u++) acc[i][u] = _mm512_fmadd_ps(p, b[u], acc[i][u]);
@@ -1367,9 +1388,6 @@ static void scale_keys(float *S, long rows, long kt, const float *scale)
   }
 }
 
-/* Where value d of a row sits in the bf16 order (per 32 values: the even ones, then the odd ones). */
-static long bf16_slot(long d) { return (d & ~31L) + (d & 1) * 16 + ((d & 31) >> 1); }
-
 /* Work: O (r16 x cp), M, L (r16 each), S (r16 x KT), Q (r16 x cp), cp at
  * most round16(c) + 16: within attend_work(rows, c) for rows <= 16. */
 INLINE void attend_kv_body(const int KVT, const int WHOLE, const attnc_tile *t, const char *k, const float *ks, const char *v,
@@ -1388,11 +1406,17 @@ INLINE void attend_kv_body(const int KVT, const int WHOLE, const attnc_tile *t, 
   for (r = 0; r < rows; r++) {
     const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
     long lo, hi;
-    for (d = 0; d < cp; d++) {
-      Q[r * cp + d] = 0;
-      O[r * cp + d] = 0;
-    }
-    for (d = 0; d < c; d++) Q[r * cp + (KVT == ATTNC_KV_BF16 ? bf16_slot(d) : d)] = q[d] * t->scale;
+    memset(Q + r * cp, 0, sizeof(float) * cp);
+    memset(O + r * cp, 0, sizeof(float) * cp);
+    if (KVT == ATTNC_KV_BF16)
+      for (d = 0; d < c; d += 32) { /* each 32 values' even ones, then their odd ones */
+        const long n = c - d < 32 ? c - d : 32;
+        long e;
+        for (e = 0; 2 * e < n; e++) Q[r * cp + d + e] = q[d + 2 * e] * t->scale;
+        for (e = 0; 2 * e + 1 < n; e++) Q[r * cp + d + 16 + e] = q[d + 2 * e + 1] * t->scale;
+      }
+    else
+      for (d = 0; d < c; d++) Q[r * cp + d] = q[d] * t->scale;
     M[r] = -INFINITY;
     L[r] = 0;
     attnc_prims_row_range(t, r, &lo, &hi);
@@ -1417,8 +1441,20 @@ INLINE void attend_kv_body(const int KVT, const int WHOLE, const attnc_tile *t, 
     const long cp16 = round16(c);
     for (r = 0; r < rows; r++) { /* row r's new place ends before row r + 1's old one begins */
       memcpy(Q, O + r * cp, sizeof(float) * cp);
-      for (d = 0; d < c; d++) O[r * cp16 + d] = Q[bf16_slot(d)];
-      for (; d < cp16; d++) O[r * cp16 + d] = 0;
+      for (d = 0; d < c; d += 32) {
+        const long n = c - d < 32 ? c - d : 32;
+        const float *even = Q + d, *odd = Q + d + 16;
+        float *o = O + r * cp16 + d;
+        long e;
+        if (n == 32)
+          for (e = 0; e < 16; e++) {
+            o[2 * e] = even[e];
+            o[2 * e + 1] = odd[e];
+          }
+        else
+          for (e = 0; e < n; e++) o[e] = (e & 1) ? odd[e >> 1] : even[e >> 1];
+      }
+      for (d = c; d < cp16; d++) O[r * cp16 + d] = 0;
     }
     finish_rows(t, O, cp16, M, L, 1.0f);
   } else {
