@@ -706,7 +706,8 @@ static void test_prims_attend_bf16(void **state)
  * stored values widened exactly.  feature: 0 none; 1 key mask and a
  * bias; 2 causal (the last position sees every key) in 3 key splits and
  * the combine; 3 a window that leaves some rows no key, empty rows NaN;
- * 4 a softcap of 3 (scores of a few units), with a key mask. */
+ * 4 a softcap of 3 (scores of a few units), with a key mask.  The key
+ * splits' row maxima and sums are checked too, to f32's precision. */
 static const char *kv_name(int kv_type)
 {
   return kv_type == ATTNC_KV_BF16 ? "bf16" : kv_type == ATTNC_KV_F16 ? "f16" : "int8";
@@ -790,6 +791,24 @@ static int check_attend_kv(const char *isa,
         ts.m_out = pm + sp * rows;
         ts.l_out = pl + sp * rows;
         fn(&ts, kv_type, k, ksc, v, vsc);
+        /* each split's row max and sum (base e) against float64: a wrong
+         * score shows here, before the combine can average it away */
+        for (r = 0; r < rows; r++) {
+          double m = -INFINITY, l = 0;
+          long j;
+          int pass;
+          for (pass = 0; pass < 2; pass++)
+            for (j = ts.k_begin; j < ts.k_end && j <= ts.i0 + r; j++) {
+              double dot = 0;
+              for (d = 0; d < c; d++) dot += (double)q[r * c + d] * kf[j * ks + d];
+              dot *= t.scale;
+              if (pass == 0) m = dot > m ? dot : m;
+              else l += exp(dot - m);
+            }
+          if (m == -INFINITY ? ts.m_out[r] != -INFINITY || ts.l_out[r] != 0
+                             : fabs(ts.m_out[r] - m) > 1e-5 * (1 + fabs(m)) || fabs(ts.l_out[r] - l) > 1e-4 * l)
+            worst = INFINITY;
+        }
       }
       attnc_prims_combine_generic(&t, splits, part, pm, pl);
     }
