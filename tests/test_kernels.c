@@ -825,11 +825,13 @@ static void sweep_cache(attnc_backend be)
   /* a named CAP, bound from the caches' shape (T = S + 3 for S = 1, 2) */
   one(&sw, be, "mha x=B,S,16 heads=2 cache=T rope=neox", 1, 0, 0, 1600);
   one(&sw, be, "gqa x=B,S,16 heads=4 kv_heads=2 cache=T kv_dtype=int8", 2, 0, 0, 1601);
-  /* decoding over bf16 and int8 caches long enough to split: the primitive
-   * that reads them as stored (attend_kv), c a multiple of 32 and not */
+  /* decoding over bf16, f16 and int8 caches long enough to split: the
+   * primitive that reads them as stored (attend_kv), c a multiple of 32 and not */
   one(&sw, be, "gqa x=B,S,128 heads=8 kv_heads=2 cache=1100 kv_dtype=bf16", 1, 0, 0, 1602);
   one(&sw, be, "gqa x=B,S,40 heads=4 kv_heads=1 head_dim=40 cache=1030 kv_dtype=bf16 mask=key", 2, 0, 0.7, 1603);
   one(&sw, be, "gqa x=B,S,96 heads=6 kv_heads=2 head_dim=24 cache=1300 kv_dtype=int8 window=900,0", 1, 0, 0, 1604);
+  one(&sw, be, "gqa x=B,S,64 heads=4 kv_heads=2 cache=1100 kv_dtype=f16", 1, 0, 0, 1605);
+  one(&sw, be, "gqa x=B,S,40 heads=4 kv_heads=1 head_dim=40 cache=1030 kv_dtype=f16 mask=key softcap=10", 2, 0, 0.7, 1606);
   report("cache", be, &sw);
   assert_int_equal(sw.fails, 0);
 }
