@@ -1221,27 +1221,11 @@ void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n)
  * scale multiplies its scores (k) and its probabilities (v), not each
  * value. */
 
-/* Vector u (of nv) of a cache row as f32: the last vector's lanes past c
- * read nothing and are 0 (m32: the last 32 bf16 values' mask, m16: the
- * last 16 f16 or int8 values'; WHOLE: c fills every vector, no masks). */
-INLINE __m512 kv_vec(const int KVT, const int WHOLE, const char *row, long u, long nv, __mmask32 m32, __mmask16 m16)
-{
-  if (KVT == ATTNC_KV_BF16) {
-    const short *p = (const short *)row + (u >> 1) * 32;
-    const __m512i x = !WHOLE && u >= nv - 2 ? _mm512_maskz_loadu_epi16(m32, p) : _mm512_loadu_si512(p);
-    return _mm512_castsi512_ps((u & 1) ? _mm512_and_si512(x, _mm512_set1_epi32(-65536)) : _mm512_slli_epi32(x, 16));
-  } else if (KVT == ATTNC_KV_F16) {
-    const short *p = (const short *)row + u * 16;
-    return _mm512_cvtph_ps(!WHOLE && u == nv - 1 ? _mm256_maskz_loadu_epi16(m16, p) : _mm256_loadu_si256((const __m256i *)p));
-  } else {
-    const signed char *p = (const signed char *)row + u * 16;
-    const __m128i b = !WHOLE && u == nv - 1 ? _mm_maskz_loadu_epi8(m16, p) : _mm_loadu_si128((const __m128i *)p);
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
-  }
-}
-
-/* Vectors u and u + 1 of a bf16 row from one load (u even): *a, *b; other
- * types vector u alone, in *a (*b is a too). */
+/* Vector u (of nv) of a cache row as f32, and for bf16 vector u + 1 too
+ * (u even), both from one load: in *a and *b (other types: *b is *a).
+ * The last vector's lanes past c read nothing and are 0 (m32: the last
+ * 32 bf16 values' mask, m16: the last 16 f16 or int8 values'; WHOLE: c
+ * fills every vector, no masks). */
 #define KV_STEP(KVT) ((KVT) == ATTNC_KV_BF16 ? 2 : 1)
 INLINE void kv_vecs(const int KVT, const int WHOLE, const char *row, long u, long nv, __mmask32 m32, __mmask16 m16,
                     __m512 *a, __m512 *b)
@@ -1251,8 +1235,14 @@ INLINE void kv_vecs(const int KVT, const int WHOLE, const char *row, long u, lon
     const __m512i x = !WHOLE && u >= nv - 2 ? _mm512_maskz_loadu_epi16(m32, p) : _mm512_loadu_si512(p);
     *a = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
     *b = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536)));
+  } else if (KVT == ATTNC_KV_F16) {
+    const short *p = (const short *)row + u * 16;
+    *a = *b = _mm512_cvtph_ps(!WHOLE && u == nv - 1 ? _mm256_maskz_loadu_epi16(m16, p)
+                                                     : _mm256_loadu_si256((const __m256i *)p));
   } else {
-    *a = *b = kv_vec(KVT, WHOLE, row, u, nv, m32, m16);
+    const signed char *p = (const signed char *)row + u * 16;
+    const __m128i x = !WHOLE && u == nv - 1 ? _mm_maskz_loadu_epi8(m16, p) : _mm_loadu_si128((const __m128i *)p);
+    *a = *b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x));
   }
 }
 
