@@ -321,11 +321,11 @@ function M.fast(p)
   env.phase0 = not p.core or k.bias_t or k.kv_t -- the project phase has items
   env.wide, env.out_n = M.widened(p), p.store and plan.prod(p.sig.out) or nil
   env.widen = #env.wide > 0
-  -- a bf16 core kernel's decoding step: attend_kv reads k and v as they are
-  -- stored (half an f32 copy's bytes), so they are not widened; which of
-  -- the widened tensors they are (C indices)
+  -- a bf16 or f16 core kernel's decoding step: attend_kv reads k and v as
+  -- they are stored (half an f32 copy's bytes), so they are not widened;
+  -- which of the widened tensors they are (C indices)
   env.kv16 = false
-  if p.core and p.store == "bf16" and k.attend and k.split and p.empty_rows ~= "uniform" and p.spec.layout ~= "bshc"
+  if p.core and (p.store == "bf16" or p.store == "f16") and k.attend and k.split and p.empty_rows ~= "uniform" and p.spec.layout ~= "bshc"
       and not p.rope and not p.global then
     for i, w in ipairs(env.wide) do
       if w.key == "k" then env.kv16_k = i - 1 elseif w.key == "v" then env.kv16_v = i - 1 end

@@ -191,11 +191,8 @@ void attnc_prims_attend_generic(const attnc_tile *t)
 
 float attnc_prims_kv_elem(int kv_type, const void *row, long d)
 {
-  if (kv_type == ATTNC_KV_BF16) {
-    union { unsigned u; float f; } w;
-    w.u = (unsigned)((const unsigned short *)row)[d] << 16;
-    return w.f;
-  }
+  if (kv_type == ATTNC_KV_BF16 || kv_type == ATTNC_KV_F16)
+    return attnc_prims_widen1(kv_type == ATTNC_KV_F16, ((const unsigned short *)row)[d]);
   return (float)((const signed char *)row)[d];
 }
 
@@ -205,7 +202,7 @@ float attnc_prims_kv_elem(int kv_type, const void *row, long d)
 void attnc_prims_attend_kv_generic(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
                                    const void *v, const float *v_scale)
 {
-  const long esize = kv_type == ATTNC_KV_BF16 ? 2 : 1;
+  const long esize = kv_type == ATTNC_KV_INT8 ? 1 : 2;
   long rows = t->rows, c = t->c, r, j, d;
   for (r = 0; r < rows; r++) {
     long i = t->i0 + r / t->q_group, hh = r % t->q_group, lo, hi;
@@ -403,7 +400,7 @@ void attnc_prims_linear_heads_bf16(const float *x, long rows, long x_stride, lon
   }
 }
 
-static float widen1(int f16, unsigned short h)
+float attnc_prims_widen1(int f16, unsigned short h)
 {
   unsigned u;
   float f;
@@ -451,7 +448,7 @@ void attnc_prims_widen16_generic(int f16, const void *src, float *dst, long n)
 {
   const unsigned short *s = src;
   long e;
-  for (e = 0; e < n; e++) dst[e] = widen1(f16, s[e]);
+  for (e = 0; e < n; e++) dst[e] = attnc_prims_widen1(f16, s[e]);
 }
 
 void attnc_prims_narrow16_generic(int f16, const float *src, void *dst, long n)
@@ -540,13 +537,13 @@ static void choose(void)
     table.linear_heads = attnc_prims_linear_heads_avx2;
     table.linear_q8 = attnc_prims_linear_q8_avx2;
     table.linear_bf16 = attnc_prims_linear_bf16_avx2;
-    if (__builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("f16c")) { /* compiled for F16C (f16's conversions) */
       table.widen16 = attnc_prims_widen16_avx2;
       table.narrow16 = attnc_prims_narrow16_avx2;
+      table.attend_kv = attnc_prims_attend_kv_avx2;
     }
     table.attend = attnc_prims_attend_avx2;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx2;
-    table.attend_kv = attnc_prims_attend_kv_avx2;
     table.matmul = attnc_prims_matmul_avx2;
   }
 #endif

@@ -99,6 +99,8 @@ long attnc_prims_attend_work(long rows, long c);
 void attnc_prims_attend_kv_generic(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
                                    const void *v, const float *v_scale);
 float attnc_prims_kv_elem(int kv_type, const void *row, long d);
+/* one bf16 (f16 0) or f16 (f16 1) value as f32, exactly */
+float attnc_prims_widen1(int f16, unsigned short h);
 void attnc_prims_combine_generic(const attnc_tile *t, long splits, const float *o_part, const float *m, const float *l);
 void attnc_prims_sigmoid_mul_generic(const float *g, float *o, long n);
 void attnc_prims_linear_heads_generic(const float *x, long rows, long x_stride, long n_in, const float *packed,

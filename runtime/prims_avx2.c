@@ -951,20 +951,25 @@ void attnc_prims_sigmoid_mul_avx2(const float *g, float *o, long n)
   for (; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
-/* ---- attention over a KV cache stored as bf16 or int8 (decoding) ----
+/* ---- attention over a KV cache stored as bf16, f16 or int8 (decoding) ----
  *
  * prims_avx512.c's attend_kv on 8 lanes, for tiles of few rows: query
  * rows in registers, keys and values read as they are stored and
  * widened as they are loaded (bf16: zero-extended and shifted into the
- * top half; int8: sign-extended and converted, a row's scale on its
- * score and its probability), the next key tile asked for as this one
- * is scored.  The softmax runs along each row's scores in base e. */
+ * top half; f16: vcvtph2ps; int8: sign-extended and converted, a row's
+ * scale on its score and its probability), the next key tile asked for
+ * as this one is scored.  The softmax runs along each row's scores in
+ * base e.  The f16 loads need F16C, so this section is compiled for it
+ * (KV_F16C, up to the entry point) and prims.c installs it only on a CPU
+ * that has it; bf16 and int8 use no F16C instruction. */
+#define KV_F16C __attribute__((target("f16c")))
+#define KV_INLINE INLINE KV_F16C
 
 /* Vector u (of nv) of a cache row as f32; the last one's lanes past c
  * (tail values, 1..8) read nothing and are 0. */
-INLINE __m256 kv_vec8(const int KVT, const char *row, long u, long nv, long tail)
+KV_INLINE __m256 kv_vec8(const int KVT, const char *row, long u, long nv, long tail)
 {
-  if (KVT == ATTNC_KV_BF16) {
+  if (KVT == ATTNC_KV_BF16 || KVT == ATTNC_KV_F16) {
     const unsigned short *p = (const unsigned short *)row + u * 8;
     __m128i h;
     if (u == nv - 1 && tail < 8) {
@@ -974,6 +979,7 @@ INLINE __m256 kv_vec8(const int KVT, const char *row, long u, long nv, long tail
     } else {
       h = _mm_loadu_si128((const __m128i *)p);
     }
+    if (KVT == ATTNC_KV_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   } else {
     const signed char *p = (const signed char *)row + u * 8;
@@ -990,7 +996,7 @@ INLINE __m256 kv_vec8(const int KVT, const char *row, long u, long nv, long tail
 }
 
 /* NK keys x MR rows (NK * MR <= 8) of dot products: S[r * KT + kk]. */
-INLINE void qkd_kv_kernel(const int KVT, const int MR, const int NK, long nv, long tail, const float *Q, long cp,
+KV_INLINE void qkd_kv_kernel(const int KVT, const int MR, const int NK, long nv, long tail, const float *Q, long cp,
                           const char *k, long kb, float *S)
 {
   __m256 acc[8];
@@ -1009,7 +1015,7 @@ INLINE void qkd_kv_kernel(const int KVT, const int MR, const int NK, long nv, lo
 }
 
 /* O[MR][8*cv0 .. +8*NVV] += P[MR][:kt] . v[:kt][...], P rows KT apart. */
-INLINE void pv_kv_kernel(const int KVT, const int MR, const int NVV, long kt, const float *P, float *O, long cp,
+KV_INLINE void pv_kv_kernel(const int KVT, const int MR, const int NVV, long kt, const float *P, float *O, long cp,
                          const char *v, long vb, long cv0, long nv, long tail)
 {
   __m256 acc[4][3];
@@ -1078,10 +1084,10 @@ static void softmax_kv_row(const attnc_tile *t, long r, long j0, long kt, float 
 
 /* Work: O (rows x cp), M, L (r8 each), S (rows x KT), Q (rows x cp),
  * cp = round8(c): within attend_work(rows, c). */
-INLINE void attend_kv_body8(const int KVT, const attnc_tile *t, const char *k, const float *ks, const char *v,
+KV_INLINE void attend_kv_body8(const int KVT, const attnc_tile *t, const char *k, const float *ks, const char *v,
                             const float *vs)
 {
-  const long esize = KVT == ATTNC_KV_BF16 ? 2 : 1, rows = t->rows, c = t->c, r8 = round8(rows);
+  const long esize = KVT == ATTNC_KV_INT8 ? 1 : 2, rows = t->rows, c = t->c, r8 = round8(rows);
   const long cp = round8(c), nv = cp / 8, tail = c - (nv - 1) * 8;
   const long kb = t->k_stride * esize, vb = t->v_stride * esize, row_bytes = c * esize;
   float *O = t->work, *M = O + r8 * cp, *L = M + r8, *S = L + r8, *Q = S + r8 * KT;
@@ -1173,22 +1179,30 @@ INLINE void attend_kv_body8(const int KVT, const attnc_tile *t, const char *k, c
   }
 }
 
-static void attend_kv_bf16(const attnc_tile *t, const void *k, const void *v)
+static KV_F16C void attend_kv_bf16(const attnc_tile *t, const void *k, const void *v)
 {
   attend_kv_body8(ATTNC_KV_BF16, t, (const char *)k, NULL, (const char *)v, NULL);
 }
 
-static void attend_kv_int8(const attnc_tile *t, const void *k, const float *ks, const void *v, const float *vs)
+static KV_F16C void attend_kv_f16(const attnc_tile *t, const void *k, const void *v)
+{
+  attend_kv_body8(ATTNC_KV_F16, t, (const char *)k, NULL, (const char *)v, NULL);
+}
+
+static KV_F16C void attend_kv_int8(const attnc_tile *t, const void *k, const float *ks, const void *v, const float *vs)
 {
   attend_kv_body8(ATTNC_KV_INT8, t, (const char *)k, ks, (const char *)v, vs);
 }
 
-void attnc_prims_attend_kv_avx2(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
-                                const void *v, const float *v_scale)
+KV_F16C void attnc_prims_attend_kv_avx2(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                        const void *v, const float *v_scale)
 {
   if (kv_type == ATTNC_KV_BF16) attend_kv_bf16(t, k, v);
+  else if (kv_type == ATTNC_KV_F16) attend_kv_f16(t, k, v);
   else attend_kv_int8(t, k, k_scale, v, v_scale);
 }
+#undef KV_INLINE
+#undef KV_F16C
 
 /* matmul: c's rows MM_MR at a time by up to 3 vectors (24 columns), in
  * registers over all of k (12 accumulators, 3 rows of b and a broadcast:

@@ -1203,12 +1203,12 @@ void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n)
   for (; i < n; i++) o[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
-/* ---- attention over a KV cache stored as bf16 or int8 (decoding) ----
+/* ---- attention over a KV cache stored as bf16, f16 or int8 (decoding) ----
  *
  * attend_cols' direct path (few rows, scores along the keys) with the
  * keys and values read as they are stored and widened in registers, so
- * that a decoding step over a long cache reads half (bf16) or a quarter
- * (int8) of the bytes of an f32 cache, and the next key tile is asked
+ * that a decoding step over a long cache reads half (bf16, f16) or a
+ * quarter (int8) of the bytes of an f32 cache, and the next key tile is asked
  * for while this one is scored, as qk_direct does.
  *
  * bf16: 32 values are loaded as 16 dwords, each holding an even value in
@@ -1216,23 +1216,33 @@ void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n)
  * widens the even values and a mask the odd ones, one op per 16 values.
  * The queries and the output rows are kept in that order (per 32 values,
  * the 16 even ones, then the 16 odd ones) and put back in order at the
- * end.  int8: 16 values sign-extended to dwords and converted; a row's
+ * end.  f16: 16 values a vcvtph2ps, in order.  int8: 16 values
+ * sign-extended to dwords and converted; a row's
  * scale multiplies its scores (k) and its probabilities (v), not each
  * value. */
 
-/* Vector u (of nv) of a cache row as f32: the last vector's lanes past c
- * read nothing and are 0 (m32: the last 32 bf16 values' mask, m16: the
- * last 16 int8 values'; WHOLE: c fills every vector, no masks). */
-INLINE __m512 kv_vec(const int KVT, const int WHOLE, const char *row, long u, long nv, __mmask32 m32, __mmask16 m16)
+/* Vector u (of nv) of a cache row as f32, and for bf16 vector u + 1 too
+ * (u even), both from one load: in *a and *b (other types: *b is *a).
+ * The last vector's lanes past c read nothing and are 0 (m32: the last
+ * 32 bf16 values' mask, m16: the last 16 f16 or int8 values'; WHOLE: c
+ * fills every vector, no masks). */
+#define KV_STEP(KVT) ((KVT) == ATTNC_KV_BF16 ? 2 : 1)
+INLINE void kv_vecs(const int KVT, const int WHOLE, const char *row, long u, long nv, __mmask32 m32, __mmask16 m16,
+                    __m512 *a, __m512 *b)
 {
   if (KVT == ATTNC_KV_BF16) {
     const short *p = (const short *)row + (u >> 1) * 32;
     const __m512i x = !WHOLE && u >= nv - 2 ? _mm512_maskz_loadu_epi16(m32, p) : _mm512_loadu_si512(p);
-    return _mm512_castsi512_ps((u & 1) ? _mm512_and_si512(x, _mm512_set1_epi32(-65536)) : _mm512_slli_epi32(x, 16));
+    *a = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *b = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536)));
+  } else if (KVT == ATTNC_KV_F16) {
+    const short *p = (const short *)row + u * 16;
+    *a = *b = _mm512_cvtph_ps(!WHOLE && u == nv - 1 ? _mm256_maskz_loadu_epi16(m16, p)
+                                                     : _mm256_loadu_si256((const __m256i *)p));
   } else {
     const signed char *p = (const signed char *)row + u * 16;
-    const __m128i b = !WHOLE && u == nv - 1 ? _mm_maskz_loadu_epi8(m16, p) : _mm_loadu_si128((const __m128i *)p);
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    const __m128i x = !WHOLE && u == nv - 1 ? _mm_maskz_loadu_epi8(m16, p) : _mm_loadu_si128((const __m128i *)p);
+    *a = *b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x));
   }
 }
 
@@ -1245,13 +1255,18 @@ INLINE void qkd_kv_kernel(const int KVT, const int WHOLE, const int NK, const in
   int i, r;
   for (r = 0; r < 4; r++)
     for (i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
-  for (v = 0; v < nv; v++) {
-    __m512 kv[4];
-    for (i = 0; i < NK; i++) kv[i] = kv_vec(KVT, WHOLE, k + i * kb, v, nv, m32, m16);
+  for (v = 0; v < nv; v += KV_STEP(KVT)) {
+    __m512 kv[4], kw[4];
+    for (i = 0; i < NK; i++) kv_vecs(KVT, WHOLE, k + i * kb, v, nv, m32, m16, &kv[i], &kw[i]);
     for (r = 0; r < MR; r++) {
       const __m512 q = _mm512_load_ps(Q + r * cp + v * 16);
       for (i = 0; i < NK; i++) acc[r][i] = _mm512_fmadd_ps(q, kv[i], acc[r][i]);
     }
+    if (KV_STEP(KVT) == 2)
+      for (r = 0; r < MR; r++) {
+        const __m512 q = _mm512_load_ps(Q + r * cp + (v + 1) * 16);
+        for (i = 0; i < NK; i++) acc[r][i] = _mm512_fmadd_ps(q, kw[i], acc[r][i]);
+      }
   }
   sums = hsum4x4(acc);
   for (r = 0; r < MR; r++) _mm_mask_storeu_ps(S + r * KT, (__mmask8)((1u << NK) - 1u), _mm512_extractf32x4_ps(sums, r));
@@ -1315,7 +1330,7 @@ INLINE void pv_kv_kernel(const int KVT, const int WHOLE, const int MR, const int
   for (j = 0; j < kt; j++) {
     const char *vr = v + j * vb;
     __m512 b[4];
-    for (u = 0; u < NVV; u++) b[u] = kv_vec(KVT, WHOLE, vr, cv0 + u, nv, m32, m16);
+    for (u = 0; u < NVV; u += KV_STEP(KVT)) kv_vecs(KVT, WHOLE, vr, cv0 + u, nv, m32, m16, &b[u], &b[u + KV_STEP(KVT) - 1]);
     for (i = 0; i < MR; i++) {
       const __m512 p = _mm512_set1_ps(P[i * KT + j]);
       for (u = 0; u < NVV; u++) acc[i][u] = _mm512_fmadd_ps(p, b[u], acc[i][u]);
@@ -1363,15 +1378,12 @@ static void scale_keys(float *S, long rows, long kt, const float *scale)
   }
 }
 
-/* Where value d of a row sits in the bf16 order (per 32 values: the even ones, then the odd ones). */
-static long bf16_slot(long d) { return (d & ~31L) + (d & 1) * 16 + ((d & 31) >> 1); }
-
 /* Work: O (r16 x cp), M, L (r16 each), S (r16 x KT), Q (r16 x cp), cp at
  * most round16(c) + 16: within attend_work(rows, c) for rows <= 16. */
 INLINE void attend_kv_body(const int KVT, const int WHOLE, const attnc_tile *t, const char *k, const float *ks, const char *v,
                            const float *vs)
 {
-  const long esize = KVT == ATTNC_KV_BF16 ? 2 : 1, rows = t->rows, c = t->c, r16 = round16(rows);
+  const long esize = KVT == ATTNC_KV_INT8 ? 1 : 2, rows = t->rows, c = t->c, r16 = round16(rows);
   const long nv = KVT == ATTNC_KV_BF16 ? 2 * ((c + 31) / 32) : (c + 15) / 16, cp = nv * 16;
   const long kb = t->k_stride * esize, vb = t->v_stride * esize, row_bytes = c * esize;
   const long tail32 = c - ((c + 31) / 32 - 1) * 32; /* bf16 values in the last 32-value chunk, 1..32 */
@@ -1384,11 +1396,17 @@ INLINE void attend_kv_body(const int KVT, const int WHOLE, const attnc_tile *t, 
   for (r = 0; r < rows; r++) {
     const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
     long lo, hi;
-    for (d = 0; d < cp; d++) {
-      Q[r * cp + d] = 0;
-      O[r * cp + d] = 0;
-    }
-    for (d = 0; d < c; d++) Q[r * cp + (KVT == ATTNC_KV_BF16 ? bf16_slot(d) : d)] = q[d] * t->scale;
+    memset(Q + r * cp, 0, sizeof(float) * cp);
+    memset(O + r * cp, 0, sizeof(float) * cp);
+    if (KVT == ATTNC_KV_BF16)
+      for (d = 0; d < c; d += 32) { /* each 32 values' even ones, then their odd ones */
+        const long n = c - d < 32 ? c - d : 32;
+        long e;
+        for (e = 0; 2 * e < n; e++) Q[r * cp + d + e] = q[d + 2 * e] * t->scale;
+        for (e = 0; 2 * e + 1 < n; e++) Q[r * cp + d + 16 + e] = q[d + 2 * e + 1] * t->scale;
+      }
+    else
+      for (d = 0; d < c; d++) Q[r * cp + d] = q[d] * t->scale;
     M[r] = -INFINITY;
     L[r] = 0;
     attnc_prims_row_range(t, r, &lo, &hi);
@@ -1413,8 +1431,20 @@ INLINE void attend_kv_body(const int KVT, const int WHOLE, const attnc_tile *t, 
     const long cp16 = round16(c);
     for (r = 0; r < rows; r++) { /* row r's new place ends before row r + 1's old one begins */
       memcpy(Q, O + r * cp, sizeof(float) * cp);
-      for (d = 0; d < c; d++) O[r * cp16 + d] = Q[bf16_slot(d)];
-      for (; d < cp16; d++) O[r * cp16 + d] = 0;
+      for (d = 0; d < c; d += 32) {
+        const long n = c - d < 32 ? c - d : 32;
+        const float *even = Q + d, *odd = Q + d + 16;
+        float *o = O + r * cp16 + d;
+        long e;
+        if (n == 32)
+          for (e = 0; e < 16; e++) {
+            o[2 * e] = even[e];
+            o[2 * e + 1] = odd[e];
+          }
+        else
+          for (e = 0; e < n; e++) o[e] = (e & 1) ? odd[e >> 1] : even[e >> 1];
+      }
+      for (d = c; d < cp16; d++) O[r * cp16 + d] = 0;
     }
     finish_rows(t, O, cp16, M, L, 1.0f);
   } else {
@@ -1432,6 +1462,14 @@ static void attend_kv_bf16_whole(const attnc_tile *t, const void *k, const void 
 {
   attend_kv_body(ATTNC_KV_BF16, 1, t, (const char *)k, NULL, (const char *)v, NULL);
 }
+static void attend_kv_f16(const attnc_tile *t, const void *k, const void *v)
+{
+  attend_kv_body(ATTNC_KV_F16, 0, t, (const char *)k, NULL, (const char *)v, NULL);
+}
+static void attend_kv_f16_whole(const attnc_tile *t, const void *k, const void *v)
+{
+  attend_kv_body(ATTNC_KV_F16, 1, t, (const char *)k, NULL, (const char *)v, NULL);
+}
 static void attend_kv_int8(const attnc_tile *t, const void *k, const float *ks, const void *v, const float *vs)
 {
   attend_kv_body(ATTNC_KV_INT8, 0, t, (const char *)k, ks, (const char *)v, vs);
@@ -1447,6 +1485,9 @@ void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *
   if (kv_type == ATTNC_KV_BF16) {
     if (t->c % 32 == 0) attend_kv_bf16_whole(t, k, v);
     else attend_kv_bf16(t, k, v);
+  } else if (kv_type == ATTNC_KV_F16) {
+    if (t->c % 16 == 0) attend_kv_f16_whole(t, k, v);
+    else attend_kv_f16(t, k, v);
   } else {
     if (t->c % 16 == 0) attend_kv_int8_whole(t, k, k_scale, v, v_scale);
     else attend_kv_int8(t, k, k_scale, v, v_scale);

@@ -49,9 +49,10 @@
 enum attnc_slot { ATTNC_SLOT_LIST(ATTNC_SLOT_ENUM_) ATTNC_SLOT_COUNT };
 enum attnc_empty_rows { ATTNC_EMPTY_ROWS_LIST(ATTNC_EMPTY_ENUM_) ATTNC_EMPTY_COUNT };
 enum attnc_causal { ATTNC_CAUSAL_LIST(ATTNC_CAUSAL_ENUM_) ATTNC_CAUSAL_COUNT };
-/* How a KV cache's elements are stored, for attnc_prims.attend_kv: bf16
- * (the top half of an f32), or int8 with one f32 scale per row of c. */
-enum attnc_kv_type { ATTNC_KV_BF16 = 1, ATTNC_KV_INT8 = 2 };
+/* How a KV cache's (or a 16-bit kernel's k and v) elements are stored,
+ * for attnc_prims.attend_kv: bf16 (the top half of an f32), int8 with one
+ * f32 scale per row of c, or f16 (IEEE binary16). */
+enum attnc_kv_type { ATTNC_KV_BF16 = 1, ATTNC_KV_INT8 = 2, ATTNC_KV_F16 = 3 };
 #define ATTNC_ABI_MAX_RANK 8
 #define ATTNC_PHASES 7 /* widen, project, rotate, attend, combine, gate and output, narrow */
 

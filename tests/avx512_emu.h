@@ -348,7 +348,7 @@ EMU emu_m512 emu_castsi512_ps(emu_m512i a)
   return r;
 }
 
-/* ---- 16-bit conversions (widen16, narrow16): emu_m256i, sixteen 16-bit
+/* ---- 16-bit conversions (widen16, narrow16, attend_kv): emu_m256i, sixteen 16-bit
  * lanes here, is a struct of its own, as __m512 is ---- */
 typedef struct {
   uint16_t h[16];
@@ -357,6 +357,12 @@ EMU emu_m256i emu_maskz_loadu_epi16(__mmask16 k, const void *p)
 {
   emu_m256i r;
   EMU_EACH r.h[l] = EMU_ON(k) ? ((const uint16_t *)p)[l] : 0;
+  return r;
+}
+EMU emu_m256i emu_loadu_si256(const void *p)
+{
+  emu_m256i r;
+  memcpy(r.h, p, sizeof r.h);
   return r;
 }
 EMU void emu_mask_storeu_epi16(void *p, __mmask16 k, emu_m256i a)
@@ -482,6 +488,7 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #undef _mm512_rcp14_ps
 #undef _mm256_maskz_loadu_epi16
 #undef _mm256_mask_storeu_epi16
+#undef _mm256_loadu_si256
 #undef _mm512_cvtepu16_epi32
 #undef _mm512_cvtepi32_epi16
 #undef _mm512_cvtph_ps
@@ -542,6 +549,7 @@ EMU __m128 emu_extractf32x4_ps(emu_m512 a, int imm)
 #define _mm512_rcp14_ps emu_rcp14_ps
 #define _mm256_maskz_loadu_epi16 emu_maskz_loadu_epi16
 #define _mm256_mask_storeu_epi16 emu_mask_storeu_epi16
+#define _mm256_loadu_si256 emu_loadu_si256
 #define _mm512_cvtepu16_epi32 emu_cvtepu16_epi32
 #define _mm512_cvtepi32_epi16 emu_cvtepi32_epi16
 #define _mm512_cvtph_ps emu_cvtph_ps

@@ -345,6 +345,11 @@ static void test_kernels_fast_form_decides(void **s)
     { "mha mode=core q=1,8,S,16 kv=1,2,T,16", "k_splits", 1 },
     { "mha mode=core q=1,8,64,16 kv=1,2,S,16", "k_splits", 0 }, /* 64 queries never split keys */
     { "mha mode=core q=1,8,1,16 kv=1,2,512,16", "k_splits", 0 }, /* 512 keys never split */
+    /* a 16-bit core kernel's decoding tiles: attend_kv reads k and v as stored */
+    { "mha mode=core q=1,8,1,16 kv=1,2,S,16 dtype=bf16", "ATTNC_KV_BF16", 1 },
+    { "mha mode=core q=1,8,1,16 kv=1,2,S,16 dtype=f16", "ATTNC_KV_F16", 1 },
+    { "mha mode=core q=1,8,1,16 kv=1,2,S,16", "P->attend_kv", 0 },
+    { "mha mode=core q=1,8,1,16 kv=1,2,S,16 rope=neox dtype=f16", "P->attend_kv", 0 }, /* k rotated: widened */
     { "alphafold x=B,S,64 heads=4 head_dim=16 global", "k_splits", 0 },
     { "mha x=B,S,64 heads=4 dtype=f64", "P->", 0 },      /* f64: no primitives */
     { "mha x=B,S,64 heads=4 dtype=f64", "prims", 0 },
@@ -659,7 +664,8 @@ static void test_kernels_modifiers_plain(void **s)
  * between widening and narrowing, so the cc backend takes every sweep
  * and tcc a share of them, to keep the suite's time. */
 /* Core-mode decoding steps (a few query rows, many keys; 1030 keys are
- * split over threads): a bf16 kernel's attend_kv reads k and v as stored */
+ * split over threads): a bf16 or f16 kernel's attend_kv reads k and v as
+ * stored */
 static void sweep_decode(attnc_backend be)
 {
   static const int64_t lens[] = { 1, 7, 1030 };
@@ -672,6 +678,45 @@ static void sweep_decode(attnc_backend be)
   }
   report("decode", be, &sw);
   assert_int_equal(sw.fails, 0);
+}
+
+/* ... and they do take that path: a run's scratch holds no f32 copy of k
+ * or v (each 2 MiB here), in either 16-bit dtype, on 1 and 2 threads. */
+static void test_kernels_decode_16_reads_stored(void **s)
+{
+  static const char *const specs[] = { "mha mode=core q=1,8,1,64 kv=1,2,4096,64 dtype=bf16",
+                                       "mha mode=core q=1,8,1,64 kv=1,2,4096,64 dtype=f16" };
+  static const attnc_dtype dts[] = { ATTNC_BF16, ATTNC_F16 };
+  const long G = 2, Sk = 4096, C = 64;
+  unsigned short *q = calloc(8 * 64, 2), *k = calloc((size_t)(G * Sk * C), 2), *v = calloc((size_t)(G * Sk * C), 2);
+  unsigned short *o = calloc(8 * 64, 2);
+  size_t i;
+  int threads;
+  (void)s;
+  assert_true(q && k && v && o);
+  for (i = 0; i < sizeof specs / sizeof specs[0]; i++)
+    for (threads = 1; threads <= 2; threads++) {
+      attnc_options opts = { ATTNC_BACKEND_TCC, threads, NULL, ATTNC_FORM_FAST };
+      attnc_error e;
+      attnc_kernel *kern = attnc_compile(specs[i], &opts, &e);
+      attnc_bindings *b;
+      attnc_tensor tq = { dts[i], 4, { 1, 8, 1, C }, q }, tk = { dts[i], 4, { 1, G, Sk, C }, k },
+                   tv = { dts[i], 4, { 1, G, Sk, C }, v }, to = { dts[i], 4, { 1, 8, 1, C }, o };
+      if (!kern) fail_msg("%s: %s", specs[i], e.message);
+      b = attnc_bindings_new(kern);
+      assert_non_null(b);
+      assert_int_equal(attnc_bindings_set_threads(b, threads, &e), ATTNC_OK);
+      assert_int_equal(attnc_bind(b, "q", &tq, &e), ATTNC_OK);
+      assert_int_equal(attnc_bind(b, "k", &tk, &e), ATTNC_OK);
+      assert_int_equal(attnc_bind(b, "v", &tv, &e), ATTNC_OK);
+      if (attnc_run(b, &to, &e) != ATTNC_OK) fail_msg("%s: run: %s", specs[i], e.message);
+      if (attnc_bindings_scratch_bytes(b) >= (long)sizeof(float) * G * Sk * C)
+        fail_msg("%s (%d threads): %ld bytes of scratch, as much as an f32 copy of k", specs[i], threads,
+                 attnc_bindings_scratch_bytes(b));
+      attnc_bindings_free(b);
+      attnc_release(kern);
+    }
+  free(q); free(k); free(v); free(o);
 }
 
 static void sweep_16(const char *dt, attnc_backend be)
@@ -780,11 +825,13 @@ static void sweep_cache(attnc_backend be)
   /* a named CAP, bound from the caches' shape (T = S + 3 for S = 1, 2) */
   one(&sw, be, "mha x=B,S,16 heads=2 cache=T rope=neox", 1, 0, 0, 1600);
   one(&sw, be, "gqa x=B,S,16 heads=4 kv_heads=2 cache=T kv_dtype=int8", 2, 0, 0, 1601);
-  /* decoding over bf16 and int8 caches long enough to split: the primitive
-   * that reads them as stored (attend_kv), c a multiple of 32 and not */
+  /* decoding over bf16, f16 and int8 caches long enough to split: the
+   * primitive that reads them as stored (attend_kv), c a multiple of 32 and not */
   one(&sw, be, "gqa x=B,S,128 heads=8 kv_heads=2 cache=1100 kv_dtype=bf16", 1, 0, 0, 1602);
   one(&sw, be, "gqa x=B,S,40 heads=4 kv_heads=1 head_dim=40 cache=1030 kv_dtype=bf16 mask=key", 2, 0, 0.7, 1603);
   one(&sw, be, "gqa x=B,S,96 heads=6 kv_heads=2 head_dim=24 cache=1300 kv_dtype=int8 window=900,0", 1, 0, 0, 1604);
+  one(&sw, be, "gqa x=B,S,64 heads=4 kv_heads=2 cache=1100 kv_dtype=f16", 1, 0, 0, 1605);
+  one(&sw, be, "gqa x=B,S,40 heads=4 kv_heads=1 head_dim=40 cache=1030 kv_dtype=f16 mask=key softcap=10", 2, 0, 0.7, 1606);
   report("cache", be, &sw);
   assert_int_equal(sw.fails, 0);
 }
@@ -1088,6 +1135,7 @@ int main(void)
     cmocka_unit_test(test_kernels_layout_bshc_is_a_transpose),
     cmocka_unit_test(test_kernels_bf16_tcc), cmocka_unit_test(test_kernels_bf16_cc),
     cmocka_unit_test(test_kernels_f16_tcc), cmocka_unit_test(test_kernels_f16_cc),
+    cmocka_unit_test(test_kernels_decode_16_reads_stored),
     cmocka_unit_test(test_kernels_16_no_prims_tcc),
     cmocka_unit_test(test_kernels_int8_tcc), cmocka_unit_test(test_kernels_int8_cc),
     cmocka_unit_test(test_kernels_modifiers_tcc), cmocka_unit_test(test_kernels_modifiers_cc),

@@ -699,12 +699,20 @@ static void test_prims_attend_bf16(void **state)
 }
 
 /* attend_kv: a tile of `rows` rows (one query position per q_group
- * heads, as in decoding) against nk keys stored as bf16 or int8 with
- * per-row scales, in rows of c + 3 elements; against a float64 loop over
- * the stored values widened exactly.  feature: 0 none; 1 key mask and a
+ * heads, as in decoding) against nk keys stored as bf16, f16 (a fifth of
+ * the keys' values f16 subnormals, a seventh of the values' 300 to 1000,
+ * so that an f16 element read as anything else shows) or int8 with per-row
+ * scales, in rows of c + 3 elements; against a float64 loop over the
+ * stored values widened exactly.  feature: 0 none; 1 key mask and a
  * bias; 2 causal (the last position sees every key) in 3 key splits and
  * the combine; 3 a window that leaves some rows no key, empty rows NaN;
- * 4 a softcap of 3 (scores of a few units), with a key mask. */
+ * 4 a softcap of 3 (scores of a few units), with a key mask.  The key
+ * splits' row maxima and sums are checked too, to f32's precision. */
+static const char *kv_name(int kv_type)
+{
+  return kv_type == ATTNC_KV_BF16 ? "bf16" : kv_type == ATTNC_KV_F16 ? "f16" : "int8";
+}
+
 static int check_attend_kv(const char *isa,
                            void (*fn)(const attnc_tile *, int, const void *, const float *, const void *, const float *),
                            int kv_type, long rows, long c, long nk, int feature, long id)
@@ -741,6 +749,14 @@ static int check_attend_kv(const char *isa,
     b.u = (uint32_t)vb[n] << 16;
     kf[n] = kv_type == ATTNC_KV_BF16 ? a.f : (float)ki[n] * ksc[n / ks];
     vf[n] = kv_type == ATTNC_KV_BF16 ? b.f : (float)vi[n] * vsc[n / ks];
+    if (kv_type == ATTNC_KV_F16) {
+      a.f = frand() * (n % 5 == 0 ? 4e-5f : 2.0f);
+      b.f = n % 7 == 0 ? 300.0f + 700.0f * fabsf(frand()) : frand(); /* positive: no cancellation in the sums */
+      attnc_prims_narrow16_generic(1, &a.f, &kb[n], 1);
+      attnc_prims_narrow16_generic(1, &b.f, &vb[n], 1);
+      attnc_prims_widen16_generic(1, &kb[n], &kf[n], 1);
+      attnc_prims_widen16_generic(1, &vb[n], &vf[n], 1);
+    }
   }
   memset(&t, 0, sizeof t);
   t.q = q; t.q_stride = group * c; t.q_hstride = c; t.q_group = group;
@@ -759,8 +775,8 @@ static int check_attend_kv(const char *isa,
   t.work = work;
   ref_tile(&t, want);
   {
-    const void *k = kv_type == ATTNC_KV_BF16 ? (const void *)kb : (const void *)ki;
-    const void *v = kv_type == ATTNC_KV_BF16 ? (const void *)vb : (const void *)vi;
+    const void *k = kv_type == ATTNC_KV_INT8 ? (const void *)ki : (const void *)kb;
+    const void *v = kv_type == ATTNC_KV_INT8 ? (const void *)vi : (const void *)vb;
     t.k = t.v = NULL; /* the primitive reads the stored rows only */
     if (splits <= 1) {
       fn(&t, kv_type, k, ksc, v, vsc);
@@ -775,6 +791,24 @@ static int check_attend_kv(const char *isa,
         ts.m_out = pm + sp * rows;
         ts.l_out = pl + sp * rows;
         fn(&ts, kv_type, k, ksc, v, vsc);
+        /* each split's row max and sum (base e) against float64: a wrong
+         * score shows here, before the combine can average it away */
+        for (r = 0; r < rows; r++) {
+          double m = -INFINITY, l = 0;
+          long j;
+          int pass;
+          for (pass = 0; pass < 2; pass++)
+            for (j = ts.k_begin; j < ts.k_end && j <= ts.i0 + r; j++) {
+              double dot = 0;
+              for (d = 0; d < c; d++) dot += (double)q[r * c + d] * kf[j * ks + d];
+              dot *= t.scale;
+              if (pass == 0) m = dot > m ? dot : m;
+              else l += exp(dot - m);
+            }
+          if (m == -INFINITY ? ts.m_out[r] != -INFINITY || ts.l_out[r] != 0
+                             : fabs(ts.m_out[r] - m) > 1e-5 * (1 + fabs(m)) || fabs(ts.l_out[r] - l) > 1e-4 * l)
+            worst = INFINITY;
+        }
       }
       attnc_prims_combine_generic(&t, splits, part, pm, pl);
     }
@@ -788,7 +822,7 @@ static int check_attend_kv(const char *isa,
     }
   if (worst > 1)
     fprintf(stderr, "attend_kv [%s %s] rows=%ld c=%ld nk=%ld feature=%d: error %.3g of tolerance\n", isa,
-            kv_type == ATTNC_KV_BF16 ? "bf16" : "int8", rows, c, nk, feature, worst);
+            kv_name(kv_type), rows, c, nk, feature, worst);
   free(kb); free(vb); free(ki); free(vi); free(ksc); free(vsc); free(kf); free(vf); free(q); free(o);
   free(bias); free(part); free(work); free(mask); free(want);
   return worst <= 1;
@@ -796,24 +830,28 @@ static int check_attend_kv(const char *isa,
 
 static void test_prims_attend_kv(void **state)
 {
-  static const long nks[] = { 1, 63, 65, 1000 }, cs[] = { 16, 40, 64, 128 };
+  /* c: one to eight whole 16-lane vectors, 40 and 20 leave the last one part full (20: a part-full 8-lane one) */
+  static const long nks[] = { 1, 63, 65, 1000 }, cs[] = { 16, 20, 40, 64, 128 };
+  static const int kts[] = { ATTNC_KV_BF16, ATTNC_KV_F16, ATTNC_KV_INT8 };
+  const int avx2 = have_avx2() && __builtin_cpu_supports("f16c"); /* its attend_kv is compiled for F16C */
   int fails = 0, kt, f;
   long id = 0, rows;
-  size_t a, b;
+  size_t a, b, i;
   (void)state;
-  for (kt = ATTNC_KV_BF16; kt <= ATTNC_KV_INT8; kt++)
+  for (i = 0; i < sizeof kts / sizeof kts[0]; i++)
     for (a = 0; a < sizeof nks / sizeof nks[0]; a++)
       for (b = 0; b < sizeof cs / sizeof cs[0]; b++)
         for (rows = 1; rows <= 8; rows++)
           for (f = 0; f < 5; f++, id++) {
             if (f > 0 && (rows + f + (long)a + (long)b) % 3) continue; /* the features on a third of the shapes */
+            kt = kts[i];
             fails += !check_attend_kv("generic", attnc_prims_attend_kv_generic, kt, rows, cs[b], nks[a], f, id);
             if (have_avx512())
               fails += !check_attend_kv("avx512", attnc_prims_attend_kv_avx512, kt, rows, cs[b], nks[a], f, id);
-            if (have_avx2())
-              fails += !check_attend_kv("avx2", attnc_prims_attend_kv_avx2, kt, rows, cs[b], nks[a], f, id);
+            if (avx2) fails += !check_attend_kv("avx2", attnc_prims_attend_kv_avx2, kt, rows, cs[b], nks[a], f, id);
           }
   if (!have_avx512()) printf("SKIP avx512 attend_kv: this CPU has no AVX-512 (generic checked)\n");
+  if (!avx2) printf("SKIP avx2 attend_kv: this CPU has no AVX2 with F16C (generic checked)\n");
   assert_int_equal(fails, 0);
 }
 
