@@ -553,6 +553,7 @@ static void choose(void)
 #endif
   /* a bf16 kernel's attention: on the tiles with the AMX linear, else attend */
   table.attend_bf16 = table.linear_bf16 == attnc_prims_linear_bf16_amx ? attnc_prims_attend_bf16_amx : table.attend;
+  table.attend_bf16_rows = table.attend_bf16 == attnc_prims_attend_bf16_amx ? 256 : 0;
 }
 
 const attnc_prims *attnc_prims_get(void)
