@@ -508,7 +508,9 @@ AMX static void attend_cols16(const attnc_tile *t, float s2)
  * kernel's core inputs; a projection's output as PyTorch rounds it), the
  * scores and p.v are summed in f32 by the tiles, the online softmax runs
  * in f32 over blocks of 32 keys, and p is rounded to bf16 for p.v (as
- * PyTorch's bf16 flash attention rounds it).  Work, in t->work:
+ * PyTorch's bf16 flash attention rounds it).  Head dims 32 and 64 take
+ * the transposed form (attend_cols16, above); wider heads this row form,
+ * whose O does not fit the tile registers.  Work, in t->work:
  * O (r16 x c f32), then Qb (r16 x c bf16), Kb (c/32 chunks x 2 x 16 x 32
  * bf16), Vb (c/16 x 16 x 32 bf16), S (r16 x 32 f32), P (r16 x 32 bf16),
  * M, L, A (r16 f32), LO, HI, BO (r16 int). */
