@@ -295,6 +295,8 @@ function M.fast(p)
   -- a bf16 kernel's attention may round q, k, v and p to bf16 (AMX tiles)
   env.attend_fn = p.dtype == "bf16" and "attend_bf16" or "attend"
   env.QT = p.global and 1 or math.max(1, 64 // p.HPG)
+  -- a bf16 kernel's tiles may take attend_bf16's row count (z.qt)
+  env.qt_rows = p.dtype == "bf16" and not p.global and p.sched.prims
   env.empty_code = EMPTY_ROWS[p.empty_rows]
   -- batch offsets of bias and mask, from the batch index variables
   local bo, mo = {}, {}

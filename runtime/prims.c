@@ -75,8 +75,9 @@ long attnc_prims_attend_work(long rows, long c)
   long cp = round16(c), r16 = round16(rows);
   /* the larger of the two AVX-512 layouts (attend_cols: O, M, L, S, Kt, Q;
    * attend_rows: O, QT, ST, M, L, A, LO, HI, BO, MX), the AVX2 one (those
-   * of attend_rows, then TS) and the generic one */
-  return r16 * cp + 8 * r16 + r16 * ATTNC_ATTEND_KT + cp * ATTNC_ATTEND_KT + r16 * cp + 64;
+   * of attend_rows, then TS) and the generic one; and room for AMX's
+   * attend_cols16 (prims_amx.c), whose k and v take 128 keys at a time */
+  return r16 * cp + 8 * r16 + r16 * ATTNC_ATTEND_KT + cp * ATTNC_ATTEND_KT + r16 * cp + 64 + 64 * cp + 2048;
 }
 
 void attnc_prims_empty_row(const attnc_tile *t, long r, float *o_row)
@@ -549,6 +550,7 @@ static void choose(void)
 #endif
   /* a bf16 kernel's attention: on the tiles with the AMX linear, else attend */
   table.attend_bf16 = table.linear_bf16 == attnc_prims_linear_bf16_amx ? attnc_prims_attend_bf16_amx : table.attend;
+  table.attend_bf16_rows = table.attend_bf16 == attnc_prims_attend_bf16_amx ? 256 : 0;
 }
 
 const attnc_prims *attnc_prims_get(void)

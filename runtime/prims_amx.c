@@ -256,6 +256,251 @@ AMX static inline __m512 exp2_neg(__m512 x)
   return _mm512_scalef_ps(p, x);
 }
 
+/* lane i of the result: bf16 of a[i] in its low half, bf16 of b[i] in its
+ * high half (rounded to nearest even), the pair layout of AMX's B tiles */
+AMX static inline __m512i pair_bf16(__m512 a, __m512 b)
+{
+  static const unsigned short idx[32] __attribute__((aligned(64))) = {
+    0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+  };
+  return _mm512_permutexvar_epi16(_mm512_load_si512(idx), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+enum { KC = 128 }; /* keys of k and v converted at a time by attend_cols16 */
+
+/* S^T (32 keys by 16 rows, f32) = the 32 keys' rows of k (bf16, c apart)
+ * times Q^T (nc B tiles), into s: tiles 0 and 1 the sums, 2 and 3 the sources */
+AMX static inline void scores_t(const unsigned short *kb, const unsigned short *qt, long c, float *s)
+{
+  long cc;
+  _tile_zero(0);
+  _tile_zero(1);
+  for (cc = 0; cc < c / 32; cc++) {
+    _tile_loadd(2, qt + cc * 512, 64);
+    _tile_loadd(3, kb + cc * 32, c * 2);
+    _tile_dpbf16ps(0, 3, 2);
+    _tile_loadd(3, kb + 16 * c + cc * 32, c * 2);
+    _tile_dpbf16ps(1, 3, 2);
+  }
+  _tile_stored(0, s, 64);
+  _tile_stored(1, s + 256, 64);
+}
+
+/* O^T tile T (one of 4-7) times alpha, lane by lane, through buf */
+#define AMX_RESCALE(T, buf, alpha)                                                             \
+  do {                                                                                         \
+    int x_;                                                                                    \
+    _tile_stored(T, buf, 64);                                                                  \
+    for (x_ = 0; x_ < 16; x_++) _mm512_store_ps(buf + x_ * 16, _mm512_mul_ps(_mm512_load_ps(buf + x_ * 16), alpha)); \
+    _tile_loadd(T, buf, 64);                                                                   \
+  } while (0)
+
+/* attend_bf16 for head dims 32 and 64, with the scores transposed: the
+ * tiles compute S^T = K Q^T and O^T += V^T P^T, so each 16-lane vector of
+ * a score block is one key across 16 query rows and the softmax's max and
+ * sum over keys are lane-wise (no horizontal reductions), k goes into A
+ * tiles as rows (no transpose), p becomes P^T's B tile by pairing two
+ * keys' vectors, and O^T (c/16 tiles of dims x rows) stays in tile
+ * registers across the key blocks.  The running max of each row is kept
+ * rounded up to an integer (base 2): p = 2^(s - M) <= 1 as before, and O
+ * and l need rescaling only when a row's max passes the next integer, by
+ * an exact power of two; otherwise O^T never leaves the tiles.  p is
+ * rounded to bf16 and summed as rounded, as the row form does.  k and v
+ * are converted KC keys at a time (k as bf16 rows, v as V^T tiles), once
+ * per call for all rows.  Work (floats): O^T (r16 x c), M, L (r16), Q^T
+ * (r16 x c / 2), K and V^T (KC x c), S (2 x 512), P (256), B (512), R (256),
+ * LO, HI, BO (r16 int). */
+AMX static void attend_cols16(const attnc_tile *t, float s2)
+{
+  const long rows = t->rows, c = t->c, r16 = (rows + 15) / 16 * 16, ng = r16 / 16, nc = c / 32;
+  const float *bias0 = t->bias ? t->bias + t->i0 * t->bias_i : NULL;
+  const int bias_rows = t->bias && t->bias_j == 1;
+  float *O = t->work, *M = O + r16 * c, *L = M + r16, *Sd, *Bb, *Rb;
+  unsigned short *Qt = (unsigned short *)(L + r16), *Kc, *Vt, *Pb;
+  int *LO, *HI, *BO;
+  long jmin, jmax, lo_max, hi_min, g, c0, x, cc;
+  Kc = Qt + r16 * c;
+  Vt = Kc + KC * c;
+  Sd = (float *)(Vt + KC * c);
+  Pb = (unsigned short *)(Sd + 1024);
+  Bb = (float *)(Pb + 512);
+  Rb = Bb + 512;
+  LO = (int *)(Rb + 256);
+  HI = LO + r16;
+  BO = HI + r16;
+  attnc_prims_rows_begin(t, r16, NULL, c, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
+  memset(O, 0, sizeof(float) * (size_t)(r16 * c));
+  /* Q^T as B tiles, group g (rows g*16..) and chunk cc of 32 dims: row kk
+   * holds each row's dims 2kk, 2kk + 1 (a 16 x 16 transpose of bf16 pairs);
+   * q rounded to bf16 as it is, the scale goes on the f32 scores */
+  for (g = 0; g < ng; g++) {
+    const float *qr[16];
+    attnc_prims_row_ptrs(t, t->q, t->q_stride, t->q_hstride, g * 16, 16, qr);
+    for (cc = 0; cc < nc; cc++) {
+      __m512i w[16];
+      for (x = 0; x < 16; x++)
+        w[x] = qr[x] ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(qr[x] + cc * 32 + 16), _mm512_loadu_ps(qr[x] + cc * 32))
+                     : _mm512_setzero_si512();
+      transpose16_epi32(w);
+      for (x = 0; x < 16; x++) _mm512_store_si512(Qt + ((g * nc + cc) * 16 + x) * 32, w[x]);
+    }
+  }
+  load_tiles();
+  for (c0 = jmin; c0 <= jmax; c0 += KC) {
+    const long c1 = jmax + 1 - c0 < KC ? jmax + 1 : c0 + KC, nblk = (c1 - c0 + 31) / 32;
+    long b, jj, n16;
+    /* k as bf16 rows (A tiles: 16 keys by 32 dims), zero past the last key */
+    for (jj = 0; jj < nblk * 32; jj++)
+      for (cc = 0; cc < nc; cc++) {
+        const float *k = t->k + (c0 + jj) * t->k_stride + cc * 32;
+        _mm512_store_si512(Kc + jj * c + cc * 32, c0 + jj < c1 ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(k + 16), _mm512_loadu_ps(k))
+                                                                : _mm512_setzero_si512());
+      }
+    /* v as V^T A tiles, block b and dims n16*16..: row d holds the block's
+     * 32 keys of dim d (pairs of keys, then a 16 x 16 transpose) */
+    for (b = 0; b < nblk; b++)
+      for (n16 = 0; n16 < c / 16; n16++) {
+        __m512i w[16];
+        for (x = 0; x < 16; x++) {
+          const long je = c0 + b * 32 + 2 * x;
+          const __m512 e = je < c1 ? _mm512_loadu_ps(t->v + je * t->v_stride + n16 * 16) : _mm512_setzero_ps();
+          const __m512 o = je + 1 < c1 ? _mm512_loadu_ps(t->v + (je + 1) * t->v_stride + n16 * 16) : _mm512_setzero_ps();
+          w[x] = pair_bf16(e, o);
+        }
+        transpose16_epi32(w);
+        for (x = 0; x < 16; x++) _mm512_store_si512(Vt + ((b * (c / 16) + n16) * 16 + x) * 32, w[x]);
+      }
+    for (g = 0; g < ng; g++) {
+      const long live = rows - g * 16;
+      const __mmask16 lm = live >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << live) - 1u);
+      const __m512i lov = _mm512_load_si512(LO + g * 16), hiv = _mm512_load_si512(HI + g * 16);
+      __m512 Mv = _mm512_load_ps(M + g * 16), Lv = _mm512_load_ps(L + g * 16);
+      _tile_loadd(4, O + g * 16 * c, 64);
+      _tile_loadd(5, O + g * 16 * c + 256, 64);
+      if (c == 64) {
+        _tile_loadd(6, O + g * 16 * c + 512, 64);
+        _tile_loadd(7, O + g * 16 * c + 768, 64);
+      }
+      scores_t(Kc, Qt + g * nc * 512, c, Sd); /* S^T of the chunk's first block */
+      for (b = 0; b < nblk; b++) {
+        const long j0 = c0 + b * 32, kt = c1 - j0 < 32 ? c1 - j0 : 32;
+        const int inside = kt == 32 && j0 >= lo_max && j0 + 31 <= hi_min; /* every row sees every key */
+        const int plain = inside && !t->mask && !t->bias;
+        __m512 mx = _mm512_set1_ps(-INFINITY), mnew, msub, alpha, sum = _mm512_setzero_ps(), s2e;
+        __mmask16 grew;
+        float *S = Sd + (b & 1) * 512;
+        /* the next block's S^T first: its tile work overlaps this block's
+         * softmax, and this block's scores were stored a block ago */
+        if (b + 1 < nblk) scores_t(Kc + (b + 1) * 32 * c, Qt + g * nc * 512, c, Sd + ((b + 1) & 1) * 512);
+        if (plain) { /* the max of the raw scores, scaled after (s2 > 0) */
+          __m512 m4[4];
+          for (x = 0; x < 4; x++) m4[x] = _mm512_load_ps(S + x * 16);
+          for (jj = 4; jj < 32; jj++) m4[jj & 3] = _mm512_max_ps(m4[jj & 3], _mm512_load_ps(S + jj * 16));
+          mx = _mm512_mul_ps(_mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), _mm512_set1_ps(s2));
+          s2e = _mm512_set1_ps(s2);
+        } else { /* scaled, the bias added and invisible keys -inf, in place */
+          if (bias_rows) { /* the bias along the keys, by 16 x 16 transposes */
+            int h;
+            for (h = 0; h < 2; h++) {
+              const long nv = kt - h * 16;
+              const __mmask16 km = nv >= 16 ? (__mmask16)0xFFFF : nv <= 0 ? (__mmask16)0 : (__mmask16)((1u << nv) - 1u);
+              __m512i bv[16];
+              for (x = 0; x < 16; x++)
+                bv[x] = x < live ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, bias0 + BO[g * 16 + x] + j0 + h * 16)) : _mm512_setzero_si512();
+              transpose16_epi32(bv);
+              for (x = 0; x < 16; x++) _mm512_store_si512(Bb + (h * 16 + x) * 16, bv[x]);
+            }
+          }
+          for (jj = 0; jj < 32; jj++) {
+            const long j = j0 + jj;
+            __m512 sc = _mm512_mul_ps(_mm512_load_ps(S + jj * 16), _mm512_set1_ps(s2));
+            __mmask16 ok = jj < kt ? (__mmask16)0xFFFF : 0;
+            if (!inside)
+              ok &= _mm512_cmp_epi32_mask(lov, _mm512_set1_epi32((int)j), _MM_CMPINT_LE) &
+                    _mm512_cmp_epi32_mask(hiv, _mm512_set1_epi32((int)j), _MM_CMPINT_NLT);
+            if (t->mask && ok && !t->mask[j]) ok = 0; /* the key mask, contiguous along the keys */
+            if (bias_rows) sc = _mm512_fmadd_ps(_mm512_load_ps(Bb + jj * 16), _mm512_set1_ps(ATTNC_LOG2E), sc);
+            else if (bias0 && ok) /* the bias along the rows */
+              sc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(ok & lm, bias0 + j * t->bias_j + g * 16), _mm512_set1_ps(ATTNC_LOG2E), sc);
+            sc = _mm512_mask_blend_ps(ok, _mm512_set1_ps(-INFINITY), sc);
+            _mm512_store_ps(S + jj * 16, sc);
+            mx = _mm512_max_ps(mx, sc);
+          }
+          s2e = _mm512_set1_ps(1.0f);
+        }
+        /* the new max, rounded up to an integer; a NaN score makes it NaN
+         * or its p NaN, and either makes the row NaN */
+        mnew = _mm512_max_ps(Mv, _mm512_roundscale_ps(mx, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+        msub = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mnew, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), mnew, _mm512_setzero_ps());
+        alpha = _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_sub_ps(Mv, msub)); /* 0 for a row that saw no key yet */
+        grew = _mm512_cmp_ps_mask(mnew, Mv, _CMP_NEQ_UQ) & _mm512_cmp_ps_mask(Mv, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+        if (grew) { /* rows that had keys and whose max moved: O^T by alpha */
+          AMX_RESCALE(4, Rb, alpha);
+          AMX_RESCALE(5, Rb, alpha);
+          if (c == 64) {
+            AMX_RESCALE(6, Rb, alpha);
+            AMX_RESCALE(7, Rb, alpha);
+          }
+        }
+        /* p = 2^(s - M), keys 2kk and 2kk + 1 paired as P^T's row kk */
+        for (jj = 0; jj < 16; jj++) {
+          const __m512 pe = exp2_neg(_mm512_fmsub_ps(_mm512_load_ps(S + 2 * jj * 16), s2e, msub));
+          const __m512 po = exp2_neg(_mm512_fmsub_ps(_mm512_load_ps(S + (2 * jj + 1) * 16), s2e, msub));
+          const __m512i w = pair_bf16(pe, po);
+          _mm512_store_si512(Pb + jj * 32, w);
+          sum = _mm512_add_ps(sum, _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)),
+                                                 _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)))));
+        }
+        Lv = _mm512_fmadd_ps(Lv, alpha, sum);
+        Mv = mnew;
+        /* O^T += V^T P^T */
+        _tile_loadd(2, Pb, 64);
+        _tile_loadd(3, Vt + b * (c / 16) * 512, 64);
+        _tile_dpbf16ps(4, 3, 2);
+        _tile_loadd(3, Vt + (b * (c / 16) + 1) * 512, 64);
+        _tile_dpbf16ps(5, 3, 2);
+        if (c == 64) {
+          _tile_loadd(3, Vt + (b * 4 + 2) * 512, 64);
+          _tile_dpbf16ps(6, 3, 2);
+          _tile_loadd(3, Vt + (b * 4 + 3) * 512, 64);
+          _tile_dpbf16ps(7, 3, 2);
+        }
+      }
+      _tile_stored(4, O + g * 16 * c, 64);
+      _tile_stored(5, O + g * 16 * c + 256, 64);
+      if (c == 64) {
+        _tile_stored(6, O + g * 16 * c + 512, 64);
+        _tile_stored(7, O + g * 16 * c + 768, 64);
+      }
+      _mm512_store_ps(M + g * 16, Mv);
+      _mm512_store_ps(L + g * 16, Lv);
+    }
+  }
+  _tile_release();
+  /* the rows out: O^T by 1 / l lane-wise, transposed 16 dims at a time;
+   * rows that saw no key take the empty-row rule */
+  for (g = 0; g < ng; g++) {
+    const __m512 Lv = _mm512_load_ps(L + g * 16);
+    const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(Lv, _mm512_setzero_ps(), _CMP_NEQ_UQ), _mm512_set1_ps(1.0f), Lv);
+    float *orow[16];
+    long n16;
+    for (x = 0; x < 16; x++) {
+      const long r = g * 16 + x;
+      orow[x] = r < rows ? t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride : NULL;
+    }
+    for (n16 = 0; n16 < c / 16; n16++) {
+      __m512i w[16];
+      for (x = 0; x < 16; x++) w[x] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(O + (g * c + n16 * 16 + x) * 16), inv));
+      transpose16_epi32(w);
+      for (x = 0; x < 16; x++)
+        if (orow[x]) _mm512_storeu_ps(orow[x] + n16 * 16, _mm512_castsi512_ps(w[x]));
+    }
+    for (x = 0; x < 16 && g * 16 + x < rows; x++)
+      if (M[g * 16 + x] == -INFINITY && L[g * 16 + x] == 0) attnc_prims_empty_row(t, g * 16 + x, orow[x]);
+  }
+}
+#undef AMX_RESCALE
+
 /* attend_bf16 on the tiles: a tile of 16 rows or more, head dim a multiple
  * of 32 (up to 256), a bias contiguous along the keys or (one head) the
  * rows, a mask contiguous along the keys, no softcap or key split (the
@@ -263,7 +508,9 @@ AMX static inline __m512 exp2_neg(__m512 x)
  * kernel's core inputs; a projection's output as PyTorch rounds it), the
  * scores and p.v are summed in f32 by the tiles, the online softmax runs
  * in f32 over blocks of 32 keys, and p is rounded to bf16 for p.v (as
- * PyTorch's bf16 flash attention rounds it).  Work, in t->work:
+ * PyTorch's bf16 flash attention rounds it).  Head dims 32 and 64 take
+ * the transposed form (attend_cols16, above); wider heads this row form,
+ * whose O does not fit the tile registers.  Work, in t->work:
  * O (r16 x c f32), then Qb (r16 x c bf16), Kb (c/32 chunks x 2 x 16 x 32
  * bf16), Vb (c/16 x 16 x 32 bf16), S (r16 x 32 f32), P (r16 x 32 bf16),
  * M, L, A (r16 f32), LO, HI, BO (r16 int). */
@@ -286,6 +533,10 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
   if (rows < 16 || rows > 256 || (t->bias && !bias_rows && !bias_cols) || (t->mask && t->mask_j != 1) || t->m_out ||
       c % 32 || c > 256 || cap2 > 0 || s2 == 0 || !attnc_prims_fits_lanes(t)) {
     attnc_prims_attend_avx512(t);
+    return;
+  }
+  if (c <= 64 && s2 > 0) {
+    attend_cols16(t, s2);
     return;
   }
   O = t->work;

@@ -150,6 +150,10 @@ typedef struct attnc_prims {
    * v widened whole).  NULL: the kernel widens the rows itself. */
   void (*attend_kv)(const attnc_tile *t, int kv_type, const void *k, const float *k_scale, const void *v,
                     const float *v_scale);
+  /* the rows a dtype=bf16 kernel's attention tiles should have (at most
+   * 256; 0: its own choice): AMX converts each tile's k and v once, so more
+   * rows share the conversion */
+  long attend_bf16_rows;
   /* c (m x n) = a (m x k) b (k x n), plus c's old values when acc: a[i][p] at a[i * a_rs + p * a_cs] (so
    * either operand order), b[p][j] at b[p * ldb + j], c[i][j] at c[i * ldc + j].  Each c[i][j] is one
    * chain of multiply-adds over p in order, so its bits do not depend on m or n (a backward's tiles) */

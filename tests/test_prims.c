@@ -659,10 +659,13 @@ static void test_prims_attend(void **state)
  * causal and window ranges, empty rows, a bias and mask and the key tail,
  * against the float64 tile on q, k and v exact in bf16, held to 200 times
  * the f32 tolerance (p rounded to bf16; a misplaced element errs by far
- * more) */
+ * more).  Head dims 32 and 64 take the transposed form: 300 keys span
+ * three of its 128-key conversions, and the plain cases alternate with
+ * scores that grow key by key (ramp 2), so that its rows' maxima pass
+ * integers and O^T is rescaled in the tiles. */
 static void test_prims_attend_bf16(void **state)
 {
-  static const long rows_[] = { 16, 17, 33, 64, 200 }, c_[] = { 32, 64, 128 }, nk_[] = { 1, 31, 32, 33, 100 };
+  static const long rows_[] = { 16, 17, 33, 64, 200, 256 }, c_[] = { 32, 64, 128 }, nk_[] = { 1, 31, 32, 33, 100, 300 };
   size_t a, b2, c2;
   int fails = 0;
   long id = 0;
@@ -685,6 +688,7 @@ static void test_prims_attend_bf16(void **state)
         cs.c = c_[b2];
         cs.nk = nk_[c2];
         cs.splits = 1;
+        if (kind == 0) cs.ramp = (int)(c2 % 2) * 2;
         if (kind == 1) { cs.has_hi = 1; cs.hi_off = 2; }
         if (kind == 2) { cs.has_lo = 1; cs.lo_off = -3; cs.has_hi = 1; cs.hi_off = 0; cs.i0 = 5; cs.empty = 2; }
         if (kind == 3) { cs.bias = 1; cs.mask = 1; cs.group = 2; cs.i0 = 3; }
