@@ -482,6 +482,7 @@ static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 static void choose(void)
 {
   const char *force = getenv("ATTNC_ISA");
+  int bf16_dp = 0; /* vdpbf16ps for the bf16 linear and attention */
   table.abi = 1;
   table.isa = "generic";
   table.linear = attnc_prims_linear_generic;
@@ -522,10 +523,16 @@ static void choose(void)
     table.widen16 = attnc_prims_widen16_avx512;
     table.narrow16 = attnc_prims_narrow16_avx512;
 #ifndef ATTNC_AVX512_EMU
-    /* AMX-BF16 where the CPU has it (ATTNC_ISA=avx512 leaves it out) */
-    if (!(force && strcmp(force, "avx512") == 0) && attnc_prims_amx_ready()) {
+    /* AMX-BF16 where the CPU has it (ATTNC_ISA=avx512 leaves it out);
+     * else vdpbf16ps where the CPU has AVX512-BF16 (ATTNC_ISA=avx512 leaves
+     * it out too; ATTNC_ISA=avx512bf16 takes it over AMX, to test it) */
+    const int dp_forced = force && strcmp(force, "avx512bf16") == 0;
+    if (!(force && strcmp(force, "avx512") == 0) && !dp_forced && attnc_prims_amx_ready()) {
       table.linear_bf16 = attnc_prims_linear_bf16_amx;
       table.linear_q8 = attnc_prims_linear_q8_amx;
+    } else if (!(force && strcmp(force, "avx512") == 0) && attnc_prims_bf16_ready()) {
+      table.linear_bf16 = attnc_prims_linear_bf16_dp;
+      bf16_dp = 1;
     }
 #endif
     table.attend = attnc_prims_attend_avx512;
@@ -548,9 +555,13 @@ static void choose(void)
     table.matmul = attnc_prims_matmul_avx2;
   }
 #endif
-  /* a bf16 kernel's attention: on the tiles with the AMX linear, else attend */
-  table.attend_bf16 = table.linear_bf16 == attnc_prims_linear_bf16_amx ? attnc_prims_attend_bf16_amx : table.attend;
-  table.attend_bf16_rows = table.attend_bf16 == attnc_prims_attend_bf16_amx ? 256 : 0;
+  /* a bf16 kernel's attention: on the tiles with the AMX linear, on
+   * vdpbf16ps with that linear, else attend; the first two convert k and v
+   * once per call, so their tiles take 256 rows */
+  table.attend_bf16 = table.linear_bf16 == attnc_prims_linear_bf16_amx ? attnc_prims_attend_bf16_amx
+                      : bf16_dp                                        ? attnc_prims_attend_bf16_dp
+                                                                       : table.attend;
+  table.attend_bf16_rows = table.attend_bf16 != table.attend ? 256 : 0;
 }
 
 const attnc_prims *attnc_prims_get(void)

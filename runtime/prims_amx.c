@@ -17,6 +17,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "prims_bf16.h"
+
 #define NR ATTNC_PACK_NR
 #define AMX __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* Linux: ask for an extended state component */
@@ -216,56 +218,6 @@ AMX void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, lon
   free(xb);
 }
 
-/* r[0..15] (16 lanes of 32 bits each) -> its transpose, in registers */
-AMX static inline void transpose16_epi32(__m512i *r)
-{
-  __m512i t[16];
-  int i;
-  for (i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (i = 0; i < 4; i++) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-  }
-  for (i = 0; i < 8; i++) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-  }
-}
-
-/* 2^x for x <= 0 (0 for -inf), as prims_avx512.c's exp2_512_neg */
-AMX static inline __m512 exp2_neg(__m512 x)
-{
-  const __m512 r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 p = _mm512_set1_ps(ATTNC_EXP2F_P5);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P1));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P0));
-  return _mm512_scalef_ps(p, x);
-}
-
-/* lane i of the result: bf16 of a[i] in its low half, bf16 of b[i] in its
- * high half (rounded to nearest even), the pair layout of AMX's B tiles */
-AMX static inline __m512i pair_bf16(__m512 a, __m512 b)
-{
-  static const unsigned short idx[32] __attribute__((aligned(64))) = {
-    0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
-  };
-  return _mm512_permutexvar_epi16(_mm512_load_si512(idx), (__m512i)_mm512_cvtne2ps_pbh(b, a));
-}
-
 enum { KC = 128 }; /* keys of k and v converted at a time by attend_cols16 */
 
 /* S^T (32 keys by 16 rows, f32) = the 32 keys' rows of k (bf16, c apart)
@@ -448,8 +400,7 @@ AMX static void attend_cols16(const attnc_tile *t, float s2)
           const __m512 po = exp2_neg(_mm512_fmsub_ps(_mm512_load_ps(S + (2 * jj + 1) * 16), s2e, msub));
           const __m512i w = pair_bf16(pe, po);
           _mm512_store_si512(Pb + jj * 32, w);
-          sum = _mm512_add_ps(sum, _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)),
-                                                 _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u)))));
+          sum = _mm512_add_ps(sum, pair_sum(w));
         }
         Lv = _mm512_fmadd_ps(Lv, alpha, sum);
         Mv = mnew;

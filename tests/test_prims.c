@@ -375,6 +375,12 @@ static void test_prims_linear_bf16(void **state)
   } else {
     printf("SKIP amx linear_bf16: this CPU or kernel gives no AMX-BF16 tiles (the other paths checked)\n");
   }
+  if (attnc_prims_bf16_ready()) {
+    fails += !check_linear_bf16("avx512bf16", attnc_prims_linear_bf16_dp, 1, 1e-6);
+    fails += !check_linear_bf16("avx512bf16", attnc_prims_linear_bf16_dp, 0, 1.0 / 256); /* x rounded: 2^-9 each */
+  } else {
+    printf("SKIP avx512bf16 linear_bf16: this CPU has no AVX512-BF16 (the other paths checked)\n");
+  }
   fails += !check_linear_bf16(P->isa, P->linear_bf16, 1, 1e-6);
   { /* linear_heads_bf16 against linear_bf16, as test_prims_linear_q8 does */
     const long rows = 20, n_in = 40, n_out = 96, col0 = 32, hw = 64, hs = 2000;
@@ -654,26 +660,21 @@ static void test_prims_attend(void **state)
   assert_int_equal(fails, 0);
 }
 
-/* attend_bf16 on AMX: the tiles it takes (16 rows or more, head dim a
- * multiple of 32, no key split) across row and key counts, GQA groups,
+/* attend_bf16 on AMX or on vdpbf16ps: the tiles they take (16 rows or
+ * more, head dim a multiple of 32, no key split) across row and key counts, GQA groups,
  * causal and window ranges, empty rows, a bias and mask and the key tail,
  * against the float64 tile on q, k and v exact in bf16, held to 200 times
  * the f32 tolerance (p rounded to bf16; a misplaced element errs by far
  * more).  Head dims 32 and 64 take the transposed form: 300 keys span
  * three of its 128-key conversions, and the plain cases alternate with
  * scores that grow key by key (ramp 2), so that its rows' maxima pass
- * integers and O^T is rescaled in the tiles. */
-static void test_prims_attend_bf16(void **state)
+ * integers and O^T is rescaled (in the tiles, or in the work region). */
+static int check_attend_bf16(const char *isa, void (*attend)(const attnc_tile *))
 {
   static const long rows_[] = { 16, 17, 33, 64, 200, 256 }, c_[] = { 32, 64, 128 }, nk_[] = { 1, 31, 32, 33, 100, 300 };
   size_t a, b2, c2;
   int fails = 0;
   long id = 0;
-  (void)state;
-  if (!(have_avx512() && attnc_prims_amx_ready())) {
-    printf("SKIP amx attend_bf16: this CPU or kernel gives no AMX-BF16 tiles (attend_bf16 is attend there)\n");
-    return;
-  }
   attend_tol = 200;
   for (a = 0; a < sizeof rows_ / sizeof rows_[0]; a++)
     for (b2 = 0; b2 < sizeof c_ / sizeof c_[0]; b2++)
@@ -692,13 +693,24 @@ static void test_prims_attend_bf16(void **state)
         if (kind == 1) { cs.has_hi = 1; cs.hi_off = 2; }
         if (kind == 2) { cs.has_lo = 1; cs.lo_off = -3; cs.has_hi = 1; cs.hi_off = 0; cs.i0 = 5; cs.empty = 2; }
         if (kind == 3) { cs.bias = 1; cs.mask = 1; cs.group = 2; cs.i0 = 3; }
-        fails += !check_attend("amx", attnc_prims_attend_bf16_amx, &cs, 1, id);
+        fails += !check_attend(isa, attend, &cs, 1, id);
         if (kind == 3) { /* the bias laid out along the rows, one head */
           cs.group = 1;
-          fails += !check_attend("amx", attnc_prims_attend_bf16_amx, &cs, 2, id);
+          fails += !check_attend(isa, attend, &cs, 2, id);
         }
       }
   attend_tol = 1;
+  return fails;
+}
+
+static void test_prims_attend_bf16(void **state)
+{
+  int fails = 0;
+  (void)state;
+  if (have_avx512() && attnc_prims_amx_ready()) fails += check_attend_bf16("amx", attnc_prims_attend_bf16_amx);
+  else printf("SKIP amx attend_bf16: this CPU or kernel gives no AMX-BF16 tiles\n");
+  if (attnc_prims_bf16_ready()) fails += check_attend_bf16("avx512bf16", attnc_prims_attend_bf16_dp);
+  else printf("SKIP avx512bf16 attend_bf16: this CPU has no AVX512-BF16\n");
   assert_int_equal(fails, 0);
 }
 

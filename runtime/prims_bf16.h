@@ -1,0 +1,72 @@
+/* Inline helpers shared by the x86 bf16 primitives (prims_amx.c,
+ * prims_bf16.c).  Their target attribute names AVX512-BF16 and no more, so
+ * both AMX functions and plain AVX512-BF16 ones can inline them; include
+ * only where <immintrin.h> and GCC's target attributes are available. */
+#ifndef ATTNC_PRIMS_BF16_H
+#define ATTNC_PRIMS_BF16_H
+
+#include <immintrin.h>
+
+#include "prims.h"
+
+#define BF16 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16")))
+
+/* r[0..15] (16 lanes of 32 bits each) -> its transpose, in registers */
+BF16 static inline void transpose16_epi32(__m512i *r)
+{
+  __m512i t[16];
+  int i;
+  for (i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (i = 0; i < 8; i++) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+/* 2^x for x <= 0 (0 for -inf), as prims_avx512.c's exp2_512_neg */
+BF16 static inline __m512 exp2_neg(__m512 x)
+{
+  const __m512 r = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_set1_ps(ATTNC_EXP2F_P5);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTNC_EXP2F_P0));
+  return _mm512_scalef_ps(p, x);
+}
+
+/* lane i of the result: bf16 of a[i] in its low half, bf16 of b[i] in its
+ * high half (rounded to nearest even): the pair layout of AMX's B tiles
+ * and of vdpbf16ps's operands */
+BF16 static inline __m512i pair_bf16(__m512 a, __m512 b)
+{
+  static const unsigned short idx[32] __attribute__((aligned(64))) = {
+    0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+  };
+  return _mm512_permutexvar_epi16(_mm512_load_si512(idx), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+/* the sum, lane by lane, of the two bf16 halves of w's lanes as f32 */
+BF16 static inline __m512 pair_sum(__m512i w)
+{
+  return _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)),
+                       _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u))));
+}
+
+#endif
