@@ -40,8 +40,8 @@ enum { XC = 256 }; /* inputs of x rounded to bf16 at a time, per row (on the sta
  * and 2kk + 1, the pair layout vdpbf16ps multiplies), plus bias.  x goes
  * to bf16 pairs XC inputs at a time; inputs past n_in read as 0, where the
  * panel is 0 too. */
-BF16 static inline void lin_dp_kernel(const int MR, long n_in, const float *a, long lda, const unsigned char *wp, float *c,
-                                      long ldc, const float *bias, __mmask16 m0, __mmask16 m1)
+BF16 static inline __attribute__((always_inline)) void lin_dp_kernel(const int MR, long n_in, const float *a, long lda, const unsigned char *wp, float *c,
+                                                                       long ldc, const float *bias, __mmask16 m0, __mmask16 m1)
 {
   __m512 acc0[12], acc1[12];
   unsigned xb[12][XC / 2] __attribute__((aligned(64)));
