@@ -32,43 +32,31 @@ int attnc_prims_bf16_ready(void)
 
 /* ---- linear_bf16 ---- */
 
-enum { XC = 256 }; /* inputs of x rounded to bf16 at a time, per row (on the stack) */
+enum { XC = 512, XR = 48 }; /* x rounded to bf16 for XR rows (a pass) by XC inputs at a time, on the stack */
 
-/* c (MR rows by the panel's 32 outputs, m0 and m1 the live ones) = MR rows
- * of a (f32, lda apart) rounded to bf16, times panel wp (pair kk's 32
- * outputs at wp + kk * 128: each lane the output's weights for inputs 2kk
- * and 2kk + 1, the pair layout vdpbf16ps multiplies), plus bias.  x goes
- * to bf16 pairs XC inputs at a time; inputs past n_in read as 0, where the
- * panel is 0 too. */
-BF16 static inline __attribute__((always_inline)) void lin_dp_kernel(const int MR, long n_in, const float *a, long lda, const unsigned char *wp, float *c,
-                                                                       long ldc, const float *bias, __mmask16 m0, __mmask16 m1)
+/* c (MR rows by the panel's 32 outputs, m0 and m1 the live ones) plus
+ * (unless first) c's old values, plus bias (when given: the last chunk of
+ * inputs), += npair pairs of inputs: MR rows of xb (bf16 pairs, XC / 2
+ * apart) times the panel's pairs from wp (pair kk's 32 outputs at wp + kk
+ * * 128, each lane the output's weights for inputs 2kk and 2kk + 1: the
+ * pair layout vdpbf16ps multiplies). */
+BF16 static inline __attribute__((always_inline)) void lin_dp_kernel(const int MR, long npair, const unsigned *xb,
+                                                                       const unsigned char *wp, float *c, long ldc, int first,
+                                                                       const float *bias, __mmask16 m0, __mmask16 m1)
 {
   __m512 acc0[12], acc1[12];
-  unsigned xb[12][XC / 2] __attribute__((aligned(64)));
-  long k0, kk, q;
+  long kk;
   int i;
   for (i = 0; i < MR; i++) {
-    acc0[i] = _mm512_setzero_ps();
-    acc1[i] = _mm512_setzero_ps();
+    acc0[i] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, c + i * ldc);
+    acc1[i] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
   }
-  for (k0 = 0; k0 < n_in; k0 += XC) {
-    const long nk = n_in - k0 < XC ? n_in - k0 : XC, npair = (nk + 1) / 2;
-    for (i = 0; i < MR; i++)
-      for (q = 0; q < nk; q += 32) {
-        const long n = nk - q;
-        const __mmask16 lo = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
-        const __mmask16 hi = n >= 32 ? (__mmask16)0xFFFF : n <= 16 ? (__mmask16)0 : (__mmask16)((1u << (n - 16)) - 1u);
-        const float *ar = a + i * lda + k0 + q;
-        _mm512_store_si512(xb[i] + q / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, ar + 16), _mm512_maskz_loadu_ps(lo, ar)));
-      }
-    for (kk = 0; kk < npair; kk++) {
-      const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp + (k0 / 2 + kk) * 128);
-      const __m512bh w1 = (__m512bh)_mm512_loadu_si512(wp + (k0 / 2 + kk) * 128 + 64);
-      for (i = 0; i < MR; i++) {
-        const __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xb[i][kk]);
-        acc0[i] = _mm512_dpbf16_ps(acc0[i], xv, w0);
-        acc1[i] = _mm512_dpbf16_ps(acc1[i], xv, w1);
-      }
+  for (kk = 0; kk < npair; kk++) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp + kk * 128), w1 = (__m512bh)_mm512_loadu_si512(wp + kk * 128 + 64);
+    for (i = 0; i < MR; i++) {
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xb[i * (XC / 2) + kk]);
+      acc0[i] = _mm512_dpbf16_ps(acc0[i], xv, w0);
+      acc1[i] = _mm512_dpbf16_ps(acc1[i], xv, w1);
     }
   }
   {
@@ -81,34 +69,50 @@ BF16 static inline __attribute__((always_inline)) void lin_dp_kernel(const int M
   }
 }
 
-/* As attnc_prims_linear_bf16_avx512: rows in blocks of up to 12, the
- * blocks in passes of four that each sweep every panel (a pass's x rows
- * stay in L1 while the panels stream from L2). */
+/* Rows in blocks of up to 12, the blocks in passes of four (XR rows) that
+ * each sweep every panel: a pass's x is rounded to bf16 pairs once per
+ * XC inputs, onto the stack, and stays in L1 while the panels stream
+ * from L2.  Inputs past n_in read as 0, where the panels are 0 too. */
 BF16 void attnc_prims_linear_bf16_dp(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                      const float *b, float *y, long y_stride)
 {
   const long panels = (n_out + NR - 1) / NR, nblk = (rows + 11) / 12, npass = (nblk + 3) / 4;
-  long pass, p, bk;
+  unsigned xb[XR * (XC / 2)] __attribute__((aligned(64)));
+  long pass, p, bk, k0, r, q;
   for (pass = 0; pass < npass; pass++) {
     const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
-    for (p = 0; p < panels; p++) {
-      const unsigned char *wp = (const unsigned char *)packed + p * ATTNC_BF16_PANEL(n_in);
-      const long nv = n_out - p * NR;
-      const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
-      const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
-      const float *bias = b ? b + p * NR : NULL;
-      for (bk = b0; bk < b1; bk++) {
-        const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
-        const float *a = x + r0 * x_stride;
-        float *c = y + r0 * y_stride + p * NR;
-#define LINDP_CASE(MR) \
-  case MR: lin_dp_kernel(MR, n_in, a, x_stride, wp, c, y_stride, bias, m0, m1); break;
-        switch (mr) {
-          LINDP_CASE(12) LINDP_CASE(11) LINDP_CASE(10) LINDP_CASE(9) LINDP_CASE(8) LINDP_CASE(7) LINDP_CASE(6)
-          LINDP_CASE(5) LINDP_CASE(4) LINDP_CASE(3) LINDP_CASE(2)
-        default: lin_dp_kernel(1, n_in, a, x_stride, wp, c, y_stride, bias, m0, m1); break;
+    const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
+    for (k0 = 0; k0 < n_in; k0 += XC) {
+      const long nk = n_in - k0 < XC ? n_in - k0 : XC, npair = (nk + 1) / 2;
+      for (r = 0; r < prows; r++)
+        for (q = 0; q < nk; q += 32) {
+          const long n = nk - q;
+          const __mmask16 lo = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+          const __mmask16 hi = n >= 32 ? (__mmask16)0xFFFF : n <= 16 ? (__mmask16)0 : (__mmask16)((1u << (n - 16)) - 1u);
+          const float *ar = x + (pr0 + r) * x_stride + k0 + q;
+          _mm512_store_si512(xb + r * (XC / 2) + q / 2,
+                             (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, ar + 16), _mm512_maskz_loadu_ps(lo, ar)));
         }
+      for (p = 0; p < panels; p++) {
+        const unsigned char *wp = (const unsigned char *)packed + p * ATTNC_BF16_PANEL(n_in) + k0 / 2 * 128;
+        const long nv = n_out - p * NR;
+        const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
+        const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
+        const float *bias = b && k0 + XC >= n_in ? b + p * NR : NULL;
+        const int first = k0 == 0;
+        for (bk = b0; bk < b1; bk++) {
+          const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
+          const unsigned *xr = xb + (r0 - pr0) * (XC / 2);
+          float *c = y + r0 * y_stride + p * NR;
+#define LINDP_CASE(MR) \
+  case MR: lin_dp_kernel(MR, npair, xr, wp, c, y_stride, first, bias, m0, m1); break;
+          switch (mr) {
+            LINDP_CASE(12) LINDP_CASE(11) LINDP_CASE(10) LINDP_CASE(9) LINDP_CASE(8) LINDP_CASE(7) LINDP_CASE(6)
+            LINDP_CASE(5) LINDP_CASE(4) LINDP_CASE(3) LINDP_CASE(2)
+          default: lin_dp_kernel(1, npair, xr, wp, c, y_stride, first, bias, m0, m1); break;
+          }
 #undef LINDP_CASE
+        }
       }
     }
   }

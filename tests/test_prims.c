@@ -296,7 +296,7 @@ static void test_prims_linear_q8(void **state)
 }
 
 /* linear_bf16 of bf16 weights against a float64 loop: rows 1 to 2 passes
- * of AMX's 32-row blocks, n_in odd and across its 32-input chunks, n_out
+ * of AMX's 32-row blocks, n_in odd, across AMX's 32-input chunks and past vdpbf16ps's 512, n_out
  * across panel tails, strides past the rows, with and without a bias.
  * x16: x's values are bf16 (as in a bf16 kernel), so an AMX path's
  * rounding of x is exact; else an AMX path is held to bf16's rounding of x. */
@@ -316,7 +316,7 @@ static float from_bf16(unsigned short h)
 static int check_linear_bf16(const char *isa, void (*lin)(const float *, long, long, long, const void *, long,
                                                             const float *, float *, long), int x16, double rel)
 {
-  static const long R[] = { 1, 5, 16, 17, 40, 70 }, K[] = { 1, 7, 32, 33, 100 }, N[] = { 1, 31, 33, 64, 70 };
+  static const long R[] = { 1, 5, 16, 17, 40, 70 }, K[] = { 1, 7, 32, 33, 100, 600 }, N[] = { 1, 31, 33, 64, 70 };
   size_t ri, ki, ni;
   int bad = 0;
   for (ri = 0; ri < sizeof R / sizeof R[0]; ri++)
