@@ -35,7 +35,7 @@ GEN_SRC  := $(sort $(wildcard gen/*.lua))
 TMPL_SRC := $(sort $(wildcard templates/*))
 LIB_SRC  := runtime/error.c runtime/convert.c runtime/host.c runtime/jit_tcc.c runtime/jit_cc.c runtime/cc_index.c runtime/kernel.c \
             runtime/bindings.c runtime/run.c runtime/quantize.c runtime/safetensors.c runtime/explain.c \
-            runtime/pool.c runtime/prims.c runtime/prims_avx512.c runtime/prims_avx2.c runtime/prims_amx.c runtime/prims_bf16.c
+            runtime/pool.c runtime/prims.c runtime/prims_avx512.c runtime/prims_avx2.c runtime/prims_amx.c runtime/prims_bf16.c runtime/prims_vnni.c
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 TESTS    := test_spec test_safetensors test_reference test_prims test_runtime test_kernels test_golden test_specs test_cli test_validation test_stress test_train
 SPECS    := $(sort $(wildcard specs/*.attn))
@@ -110,12 +110,13 @@ endif
 # bench/ab_build.sh compiles the old side of an A/B with these flags too.
 AVX2_FLAGS := -O3 -mavx2 -mfma -falign-functions=64 -falign-loops=32
 $(B)/obj/prims_avx2.o: CFLAGS += $(AVX2_FLAGS)
-# prims_amx.c and prims_bf16.c name their instruction sets in target
-# attributes, and are only reached after prims.c found AMX-BF16 and the
-# kernel's permission, or AVX512-BF16
-$(B)/obj/prims_amx.o $(B)/obj/prims_bf16.o: CFLAGS += -O3 -falign-functions=64 -falign-loops=32
+# prims_amx.c, prims_bf16.c and prims_vnni.c name their instruction sets
+# in target attributes, and are only reached after prims.c found AMX-BF16
+# and the kernel's permission, AVX512-BF16 or AVX512-VNNI
+DP_OBJ := $(B)/obj/prims_amx.o $(B)/obj/prims_bf16.o $(B)/obj/prims_vnni.o
+$(DP_OBJ): CFLAGS += -O3 -falign-functions=64 -falign-loops=32
 $(B)/obj/prims_amx.o $(B)/obj/prims_bf16.o: runtime/prims_bf16.h
-$(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(B)/obj/prims_amx.o $(B)/obj/prims_bf16.o $(B)/obj/run.o: runtime/prims.h
+$(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(DP_OBJ) $(B)/obj/run.o: runtime/prims.h
 $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o: runtime/prefetch.h
 
 $(B)/obj/embedded.o: $(B)/embedded.c

@@ -524,15 +524,19 @@ static void choose(void)
     table.narrow16 = attnc_prims_narrow16_avx512;
 #ifndef ATTNC_AVX512_EMU
     /* AMX-BF16 where the CPU has it (ATTNC_ISA=avx512 leaves it out);
-     * else vdpbf16ps where the CPU has AVX512-BF16 (ATTNC_ISA=avx512 leaves
-     * it out too; ATTNC_ISA=avx512bf16 takes it over AMX, to test it) */
-    const int dp_forced = force && strcmp(force, "avx512bf16") == 0;
-    if (!(force && strcmp(force, "avx512") == 0) && !dp_forced && attnc_prims_amx_ready()) {
+     * else the dot-product instructions where the CPU has them: vdpbf16ps
+     * (AVX512-BF16) and vpdpbusd (AVX512-VNNI).  ATTNC_ISA=avx512 leaves
+     * them out too; ATTNC_ISA=avx512dp takes them over AMX, to test them */
+    const int plain512 = force && strcmp(force, "avx512") == 0, dp_forced = force && strcmp(force, "avx512dp") == 0;
+    if (!plain512 && !dp_forced && attnc_prims_amx_ready()) {
       table.linear_bf16 = attnc_prims_linear_bf16_amx;
       table.linear_q8 = attnc_prims_linear_q8_amx;
-    } else if (!(force && strcmp(force, "avx512") == 0) && attnc_prims_bf16_ready()) {
-      table.linear_bf16 = attnc_prims_linear_bf16_dp;
-      bf16_dp = 1;
+    } else if (!plain512) {
+      if (attnc_prims_bf16_ready()) {
+        table.linear_bf16 = attnc_prims_linear_bf16_dp;
+        bf16_dp = 1;
+      }
+      if (attnc_prims_vnni_ready()) table.linear_q8 = attnc_prims_linear_q8_vnni;
     }
 #endif
     table.attend = attnc_prims_attend_avx512;

@@ -182,6 +182,10 @@ int attnc_prims_bf16_ready(void);
 void attnc_prims_linear_bf16_dp(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                 const float *b, float *y, long y_stride);
 void attnc_prims_attend_bf16_dp(const attnc_tile *t);
+/* AVX512-VNNI without AMX (prims_vnni.c): 1 when the CPU has AVX512-VNNI */
+int attnc_prims_vnni_ready(void);
+void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                const float *b, float *y, long y_stride);
 void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                const float *b, float *y, long y_stride);
 void attnc_prims_linear_bf16_avx2(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,

@@ -205,7 +205,7 @@ static void test_prims_linear_heads(void **state)
  * of row blocks, n_in 1 to 130, n_out across panel tails, strides past
  * the rows, with and without a bias. */
 static int check_linear_q8(const char *isa, void (*lin)(const float *, long, long, long, const void *, long,
-                                                          const float *, float *, long), double rel)
+                                                          const float *, float *, long), double rel, int xq)
 {
   static const long R[] = { 1, 3, 14, 15, 57, 113 }, K[] = { 1, 7, 64, 130 }, N[] = { 1, 31, 32, 33, 100 };
   size_t ri, ki, ni;
@@ -239,12 +239,17 @@ static int check_linear_q8(const char *isa, void (*lin)(const float *, long, lon
               if (got != 12345.0f) bad++;
               continue;
             }
+            double amax = 0, wsum = 0;
             for (k = 0; k < n_in; k++) {
               const double term = (double)x[r * xs + k] * q[n * n_in + k] * scale[n];
               want += term;
               mag += fabs(term);
+              wsum += fabs((double)q[n * n_in + k] * scale[n]);
+              if (fabs(x[r * xs + k]) > amax) amax = fabs(x[r * xs + k]);
             }
-            if (!(fabs(got - want) <= rel * mag + 1e-7)) {
+            /* xq: x quantised per row, each value within half a step
+             * (max|x| / 254) of itself */
+            if (!(fabs(got - want) <= rel * mag + 1e-7 + (xq ? amax / 254 * wsum * (1 + 1e-5) : 0))) {
               if (bad++ < 5)
                 fprintf(stderr, "linear_q8 [%s] rows=%ld n_in=%ld n_out=%ld bias=%d: y[%ld][%ld] = %.9g, want %.9g\n", isa,
                         rows, n_in, n_out, with_b, r, n, got, want);
@@ -260,14 +265,17 @@ static void test_prims_linear_q8(void **state)
   const attnc_prims *P = attnc_prims_get();
   int fails = 0;
   (void)state;
-  fails += !check_linear_q8("generic", attnc_prims_linear_q8_generic, 1e-6);
-  if (have_avx512()) fails += !check_linear_q8("avx512", attnc_prims_linear_q8_avx512, 1e-6);
+  fails += !check_linear_q8("generic", attnc_prims_linear_q8_generic, 1e-6, 0);
+  if (have_avx512()) fails += !check_linear_q8("avx512", attnc_prims_linear_q8_avx512, 1e-6, 0);
   else printf("SKIP avx512 linear_q8: this CPU has no AVX-512 (generic checked)\n");
-  if (have_avx2()) fails += !check_linear_q8("avx2", attnc_prims_linear_q8_avx2, 1e-6);
+  if (have_avx2()) fails += !check_linear_q8("avx2", attnc_prims_linear_q8_avx2, 1e-6, 0);
   else printf("SKIP avx2 linear_q8: this CPU has no AVX2 and FMA (generic checked)\n");
   /* AMX rounds x to bf16 (2^-9 of each value) for 16 rows or more */
-  if (have_avx512() && attnc_prims_amx_ready()) fails += !check_linear_q8("amx", attnc_prims_linear_q8_amx, 1.0 / 256);
+  if (have_avx512() && attnc_prims_amx_ready()) fails += !check_linear_q8("amx", attnc_prims_linear_q8_amx, 1.0 / 256, 0);
   else printf("SKIP amx linear_q8: this CPU or kernel gives no AMX-BF16 tiles (the other paths checked)\n");
+  /* VNNI quantises x per row */
+  if (attnc_prims_vnni_ready()) fails += !check_linear_q8("vnni", attnc_prims_linear_q8_vnni, 1e-6, 1);
+  else printf("SKIP vnni linear_q8: this CPU has no AVX512-VNNI (the other paths checked)\n");
   { /* linear_heads_q8: 96 columns from col0 32 as heads of 64, each head's block 1000 floats apart */
     const long rows = 5, n_in = 40, n_out = 96, col0 = 32, hw = 64, hs = 1000;
     float x[5 * 40], y[5 * 3000], yl[5 * 96], scale[128], b[128];

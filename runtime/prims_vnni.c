@@ -1,0 +1,220 @@
+/* AVX512-VNNI without AMX: linear_q8 (int8 weights) on vpdpbusd, which
+ * sums four u8 x s8 products into each i32 lane: four times the lanes of
+ * an f32 FMA per instruction.  Each row of x is quantised on the fly, as
+ * PyTorch's dynamic quantisation does (per row here, not per tensor):
+ * s = max|x| / 127, xq = round(x / s) in -127..127, stored as xq + 128
+ * (vpdpbusd's unsigned operand), and the 128 taken back out through each
+ * output's weight sum.  So y = s * scale[n] * (acc - 128 colsum[n]) + b,
+ * within s / 2 * sum_k |w[n][k]| of the exact product: DESIGN.md lets
+ * weights=int8 choose how activations meet the weights within its bound.
+ * A row that is not finite (or an n_in past 16384, where i32 sums could
+ * overflow) goes to the f32 linear_q8.  Compiled with per-function target
+ * attributes, so the file builds anywhere. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prims.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define NR ATTNC_PACK_NR
+#define VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni")))
+#define VB 12          /* rows a block: 24 sums, two weight vectors and x's broadcast in registers */
+#define VR (4 * VB)    /* rows quantised at a time (a pass: 4 blocks) */
+#define VNNI_MAX_IN 16384 /* 4096 steps of at most 4 * 255 * 128: within i32 */
+
+/* CPUID leaf 7: AVX512-VNNI (ECX bit 11), with the AVX-512 subsets used */
+int attnc_prims_vnni_ready(void)
+{
+  unsigned a, b, c, d;
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
+    return 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((c >> 11) & 1);
+}
+
+/* A panel's weights (k-major, 32 outputs a k) regrouped for vpdpbusd: for
+ * each 4 inputs k4, the 32 outputs' 4 weights side by side (outputs 0-15
+ * in the first 64 bytes), zero past n_in; then the 32 weight sums (i32). */
+VNNI static void regroup(const signed char *wq, long n_in, long k4n, signed char *out)
+{
+  long k4, k;
+  int *sum = (int *)(out + k4n * 128);
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (k4 = 0; k4 < k4n; k4++) {
+    __m256i r[4], ab_lo, ab_hi, cd_lo, cd_hi, q0, q1, q2, q3;
+    for (k = 0; k < 4; k++)
+      r[k] = 4 * k4 + k < n_in ? _mm256_loadu_si256((const __m256i *)(wq + (4 * k4 + k) * NR)) : _mm256_setzero_si256();
+    /* bytes of inputs 4k4..4k4+3 for each output, side by side */
+    ab_lo = _mm256_unpacklo_epi8(r[0], r[1]);
+    ab_hi = _mm256_unpackhi_epi8(r[0], r[1]);
+    cd_lo = _mm256_unpacklo_epi8(r[2], r[3]);
+    cd_hi = _mm256_unpackhi_epi8(r[2], r[3]);
+    q0 = _mm256_unpacklo_epi16(ab_lo, cd_lo); /* outputs 0-3 | 16-19 */
+    q1 = _mm256_unpackhi_epi16(ab_lo, cd_lo); /* 4-7 | 20-23 */
+    q2 = _mm256_unpacklo_epi16(ab_hi, cd_hi); /* 8-11 | 24-27 */
+    q3 = _mm256_unpackhi_epi16(ab_hi, cd_hi); /* 12-15 | 28-31 */
+    {
+      const __m512i w0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(q0, q1, 0x20)),
+                                            _mm256_permute2x128_si256(q2, q3, 0x20), 1);
+      const __m512i w1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(q0, q1, 0x31)),
+                                            _mm256_permute2x128_si256(q2, q3, 0x31), 1);
+      _mm512_store_si512(out + k4 * 128, w0);
+      _mm512_store_si512(out + k4 * 128 + 64, w1);
+      s0 = _mm512_dpbusd_epi32(s0, ones, w0);
+      s1 = _mm512_dpbusd_epi32(s1, ones, w1);
+    }
+  }
+  _mm512_storeu_si512(sum, s0);
+  _mm512_storeu_si512(sum + 16, s1);
+}
+
+/* rows of x (n_in each) to u8 rows xs apart (xq + 128; 128 from n_in to
+ * xs, a multiple of 16) and their scales; 0 if a row is not finite */
+VNNI static int quantise(const float *x, long rows, long x_stride, long n_in, long xs, unsigned char *xq, float *sx)
+{
+  long r, k;
+  for (r = 0; r < rows; r++) {
+    const float *xr = x + r * x_stride;
+    unsigned char *d = xq + r * xs;
+    __m512 mx = _mm512_setzero_ps(), inv;
+    __mmask16 nan = 0;
+    float amax;
+    for (k = 0; k < n_in; k += 16) {
+      const long n = n_in - k;
+      const __mmask16 m = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+      const __m512 v = _mm512_maskz_loadu_ps(m, xr + k);
+      mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    }
+    amax = _mm512_reduce_max_ps(mx);
+    if (nan || !(amax <= 3.0e38f)) return 0; /* a NaN or an infinity */
+    sx[r] = amax > 0 ? amax / 127.0f : 1.0f;
+    inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+    for (k = 0; k < xs; k += 16) {
+      const long n = n_in - k;
+      const __mmask16 m = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+      __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + k), inv)); /* nearest, ties to even */
+      v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+      _mm_storeu_si128((__m128i *)(d + k), _mm512_cvtepi32_epi8(_mm512_add_epi32(v, _mm512_set1_epi32(128))));
+    }
+  }
+  return 1;
+}
+
+/* acc + the products of a's u8 and b's s8 bytes, four to a lane.  As
+ * inline assembly: gcc 12 moves and spills the sums around
+ * _mm512_dpbusd_epi32 (perf annotate: twice as many register moves and
+ * stack stores as vpdpbusd in the kernel below, at 8 rows or 12) */
+VNNI static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __m512i a, __m512i b)
+{
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
+/* c (MR rows by 32 outputs, m0 and m1 the live ones) = MR rows of xq (xs
+ * bytes apart) times the regrouped panel wg, scaled and biased as the file says */
+VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int MR, long k4n, const unsigned char *xq, long xs,
+                                                                         const signed char *wg, const float *sx, const float *scale,
+                                                                         float *c, long ldc, const float *bias, __mmask16 m0,
+                                                                         __mmask16 m1)
+{
+  __m512i acc0[VB], acc1[VB];
+  long k4;
+  int i;
+  for (i = 0; i < MR; i++) {
+    acc0[i] = _mm512_setzero_si512();
+    acc1[i] = _mm512_setzero_si512();
+  }
+  for (k4 = 0; k4 < k4n; k4++) {
+    const __m512i w0 = _mm512_load_si512(wg + k4 * 128), w1 = _mm512_load_si512(wg + k4 * 128 + 64);
+    for (i = 0; i < MR; i++) {
+      int xv;
+      memcpy(&xv, xq + i * xs + k4 * 4, sizeof xv);
+      const __m512i xb = _mm512_set1_epi32(xv);
+      acc0[i] = dpbusd(acc0[i], xb, w0);
+      acc1[i] = dpbusd(acc1[i], xb, w1);
+    }
+  }
+  {
+    const int *sum = (const int *)(wg + k4n * 128);
+    const __m512i z0 = _mm512_slli_epi32(_mm512_loadu_si512(sum), 7), z1 = _mm512_slli_epi32(_mm512_loadu_si512(sum + 16), 7);
+    const __m512 w0 = _mm512_loadu_ps(scale), w1 = _mm512_loadu_ps(scale + 16);
+    const __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    for (i = 0; i < MR; i++) {
+      const __m512 s = _mm512_set1_ps(sx[i]);
+      _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], z0)), _mm512_mul_ps(s, w0), c0));
+      _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], z1)), _mm512_mul_ps(s, w1), c1));
+    }
+  }
+}
+
+/* The weights regrouped once per call (n_out rounded to panels by n_in
+ * rounded to 4, into one allocation with a pass's quantised rows), then
+ * passes of up to VR rows quantised together, each sweeping every panel
+ * in blocks of up to VB rows.  Without memory, or for rows it cannot
+ * quantise, the f32 linear_q8. */
+VNNI void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                     const float *b, float *y, long y_stride)
+{
+  const long panels = (n_out + NR - 1) / NR, nblk = (rows + VB - 1) / VB, npass = (nblk + 3) / 4, k4n = (n_in + 3) / 4;
+  const long gsize = k4n * 128 + 128; /* a regrouped panel: weights, then 32 sums */
+  const long xs = (k4n * 4 + 15) / 16 * 16; /* bytes from one quantised row to the next */
+  void *mem = NULL;
+  signed char *wg;
+  unsigned char *xq;
+  float sx[VR];
+  long pass, p, bk;
+  if (n_in > VNNI_MAX_IN || rows <= 0 || n_out <= 0 || posix_memalign(&mem, 64, (size_t)(panels * gsize + VR * xs)) != 0) {
+    attnc_prims_linear_q8_avx512(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
+    return;
+  }
+  wg = (signed char *)mem;
+  xq = (unsigned char *)(wg + panels * gsize);
+  for (p = 0; p < panels; p++)
+    regroup((const signed char *)packed + p * ATTNC_Q8_PANEL(n_in) + NR * sizeof(float), n_in, k4n, wg + p * gsize);
+  for (pass = 0; pass < npass; pass++) {
+    const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
+    const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
+    if (!quantise(x + pr0 * x_stride, prows, x_stride, n_in, xs, xq, sx)) {
+      attnc_prims_linear_q8_avx512(x + pr0 * x_stride, prows, x_stride, n_in, packed, n_out, b, y + pr0 * y_stride, y_stride);
+      continue;
+    }
+    for (p = 0; p < panels; p++) {
+      const float *scale = (const float *)((const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in));
+      const long nv = n_out - p * NR;
+      const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
+      const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
+      const float *bias = b ? b + p * NR : NULL;
+      const signed char *wp = wg + p * gsize;
+      for (bk = b0; bk < b1; bk++) {
+        const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
+        const unsigned char *xr = xq + (r0 - pr0) * xs;
+        float *c = y + r0 * y_stride + p * NR;
+#define LINV_CASE(MR) \
+  case MR: lin_vnni_kernel(MR, k4n, xr, xs, wp, sx + (r0 - pr0), scale, c, y_stride, bias, m0, m1); break;
+        switch (mr) {
+          LINV_CASE(12) LINV_CASE(11) LINV_CASE(10) LINV_CASE(9) LINV_CASE(8) LINV_CASE(7) LINV_CASE(6)
+          LINV_CASE(5) LINV_CASE(4) LINV_CASE(3) LINV_CASE(2)
+        default: lin_vnni_kernel(1, k4n, xr, xs, wp, sx + (r0 - pr0), scale, c, y_stride, bias, m0, m1); break;
+        }
+#undef LINV_CASE
+      }
+    }
+  }
+  free(mem);
+}
+
+#else
+int attnc_prims_vnni_ready(void) { return 0; }
+void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                const float *b, float *y, long y_stride)
+{
+  attnc_prims_linear_q8_generic(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
+}
+#endif
