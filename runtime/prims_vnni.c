@@ -7,8 +7,8 @@
  * output's weight sum.  So y = s * scale[n] * (acc - 128 colsum[n]) + b,
  * within s / 2 * sum_k |w[n][k]| of the exact product: DESIGN.md lets
  * weights=int8 choose how activations meet the weights within its bound.
- * A row that is not finite (or an n_in past 16384, where i32 sums could
- * overflow) goes to the f32 linear_q8.  Compiled with per-function target
+ * A row that is not finite, fewer than 32 rows, or an n_in past 16384
+ * (where i32 sums could overflow) go to the f32 linear_q8.  Compiled with per-function target
  * attributes, so the file builds anywhere. */
 #include <math.h>
 #include <stdlib.h>
@@ -25,6 +25,11 @@
 #define VB 12          /* rows a block: 24 sums, two weight vectors and x's broadcast in registers */
 #define VR (4 * VB)    /* rows quantised at a time (a pass: 4 blocks) */
 #define VNNI_MAX_IN 16384 /* 4096 steps of at most 4 * 255 * 128: within i32 */
+/* Fewer rows go to the f32 linear_q8: the weights are regrouped at every
+ * call (one pass over them, about 12 instructions a 128 bytes), which 32
+ * rows' products repay several times over; a decoding step's 1 row reads
+ * each weight once, and the f32 path reads it once too */
+#define VNNI_MIN_ROWS 32
 
 /* CPUID leaf 7: AVX512-VNNI (ECX bit 11), with the AVX-512 subsets used */
 int attnc_prims_vnni_ready(void)
@@ -170,7 +175,7 @@ VNNI void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, l
   unsigned char *xq;
   float sx[VR];
   long pass, p, bk;
-  if (n_in > VNNI_MAX_IN || rows <= 0 || n_out <= 0 || posix_memalign(&mem, 64, (size_t)(panels * gsize + VR * xs)) != 0) {
+  if (n_in > VNNI_MAX_IN || rows < VNNI_MIN_ROWS || n_out <= 0 || posix_memalign(&mem, 64, (size_t)(panels * gsize + VR * xs)) != 0) {
     attnc_prims_linear_q8_avx512(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
     return;
   }

@@ -276,6 +276,30 @@ static void test_prims_linear_q8(void **state)
   /* VNNI quantises x per row */
   if (attnc_prims_vnni_ready()) fails += !check_linear_q8("vnni", attnc_prims_linear_q8_vnni, 1e-6, 1);
   else printf("SKIP vnni linear_q8: this CPU has no AVX512-VNNI (the other paths checked)\n");
+  { /* a NaN and an infinity in x (which VNNI cannot quantise): their rows'
+     * outputs are not finite, the other rows' are */
+    const long rows = 40, n_in = 64, n_out = 32;
+    float x[40 * 64], y[40 * 32], scale[32];
+    signed char q[32 * 64];
+    void *packed = NULL;
+    long i, r, n;
+    if (posix_memalign(&packed, 64, (size_t)attnc_prims_pack_q8_size(n_out, n_in)) != 0) abort();
+    reseed(5200000);
+    for (i = 0; i < rows * n_in; i++) x[i] = frand();
+    for (i = 0; i < n_out * n_in; i++) q[i] = (signed char)(frand() * 127);
+    for (i = 0; i < n_out; i++) scale[i] = 0.01f;
+    x[5 * n_in + 3] = NAN;
+    x[30 * n_in] = INFINITY;
+    attnc_prims_pack_q8(q, scale, n_out, n_in, packed);
+    P->linear_q8(x, rows, n_in, n_in, packed, n_out, NULL, y, n_out);
+    for (r = 0; r < rows; r++)
+      for (n = 0; n < n_out; n++)
+        if ((r == 5 || r == 30) == (isfinite(y[r * n_out + n]) != 0)) {
+          if (fails++ < 5) fprintf(stderr, "linear_q8 [%s]: y[%ld][%ld] = %g with x's row %s\n", P->isa, r, n, y[r * n_out + n],
+                                   r == 5 ? "holding a NaN" : r == 30 ? "holding an infinity" : "finite");
+        }
+    free(packed);
+  }
   { /* linear_heads_q8: 96 columns from col0 32 as heads of 64, each head's block 1000 floats apart */
     const long rows = 5, n_in = 40, n_out = 96, col0 = 32, hw = 64, hs = 1000;
     float x[5 * 40], y[5 * 3000], yl[5 * 96], scale[128], b[128];
