@@ -79,33 +79,42 @@ VNNI static void regroup(const signed char *wq, long n_in, long k4n, signed char
 }
 
 /* rows of x (n_in each) to u8 rows xs apart (xq + 128; 128 from n_in to
- * xs, a multiple of 16) and their scales; 0 if a row is not finite */
+ * xs, a multiple of 16) and their scales; 0 if a row is not finite.  A
+ * NaN or an infinity shows in the row's sum (which, for finite values,
+ * can only overflow past 3e38 times n_in / 16 and send a row that could
+ * be quantised to the f32 path, which is still right).  No clamp: |x| <=
+ * max|x| puts x * 127 / max|x| within a rounding of 127, and it rounds
+ * to 127 at most. */
 VNNI static int quantise(const float *x, long rows, long x_stride, long n_in, long xs, unsigned char *xq, float *sx)
 {
+  const long n16 = n_in / 16 * 16;
+  const __mmask16 tail = (__mmask16)((1u << (n_in - n16)) - 1u);
   long r, k;
   for (r = 0; r < rows; r++) {
     const float *xr = x + r * x_stride;
     unsigned char *d = xq + r * xs;
-    __m512 mx = _mm512_setzero_ps(), inv;
-    __mmask16 nan = 0;
-    float amax;
-    for (k = 0; k < n_in; k += 16) {
-      const long n = n_in - k;
-      const __mmask16 m = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
-      const __m512 v = _mm512_maskz_loadu_ps(m, xr + k);
-      mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
-      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    __m512 mx0 = _mm512_setzero_ps(), mx1 = _mm512_setzero_ps(), sum = _mm512_setzero_ps(), inv, v;
+    float amax, total;
+    for (k = 0; k + 32 <= n16; k += 32) {
+      const __m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xr + k + 16);
+      mx0 = _mm512_max_ps(mx0, _mm512_abs_ps(a));
+      mx1 = _mm512_max_ps(mx1, _mm512_abs_ps(b));
+      sum = _mm512_add_ps(sum, _mm512_add_ps(a, b));
     }
-    amax = _mm512_reduce_max_ps(mx);
-    if (nan || !(amax <= 3.0e38f)) return 0; /* a NaN or an infinity */
+    for (; k < n_in; k += 16) {
+      v = _mm512_maskz_loadu_ps(k < n16 ? (__mmask16)0xFFFF : tail, xr + k);
+      mx0 = _mm512_max_ps(mx0, _mm512_abs_ps(v));
+      sum = _mm512_add_ps(sum, v);
+    }
+    amax = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
+    total = _mm512_reduce_add_ps(sum);
+    if (!(total - total == 0)) return 0; /* a NaN or an infinity */
     sx[r] = amax > 0 ? amax / 127.0f : 1.0f;
     inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
     for (k = 0; k < xs; k += 16) {
-      const long n = n_in - k;
-      const __mmask16 m = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
-      __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + k), inv)); /* nearest, ties to even */
-      v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
-      _mm_storeu_si128((__m128i *)(d + k), _mm512_cvtepi32_epi8(_mm512_add_epi32(v, _mm512_set1_epi32(128))));
+      v = k < n16 ? _mm512_loadu_ps(xr + k) : _mm512_maskz_loadu_ps(k < n_in ? tail : (__mmask16)0, xr + k);
+      _mm_storeu_si128((__m128i *)(d + k),
+                       _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, inv)), _mm512_set1_epi32(128))));
     }
   }
   return 1;
