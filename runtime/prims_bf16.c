@@ -216,7 +216,6 @@ BF16 static void attend_cols16_dp(const attnc_tile *t, float s2)
       }
     for (g = 0; g < ng; g++) {
       const long live = rows - g * 16;
-      const __mmask16 lm = live >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << live) - 1u);
       const __m512i lov = _mm512_load_si512(LO + g * 16), hiv = _mm512_load_si512(HI + g * 16);
       const unsigned *qt = Qt + g * np * 16;
       float *Og = O + g * 16 * c;
@@ -225,7 +224,7 @@ BF16 static void attend_cols16_dp(const attnc_tile *t, float s2)
         const long j0 = c0 + b * 32, kt = c1 - j0 < 32 ? c1 - j0 : 32;
         const int inside = kt == 32 && j0 >= lo_max && j0 + 31 <= hi_min; /* every row sees every key */
         const int plain = inside && !t->mask && !t->bias;
-        __m512 mx = _mm512_set1_ps(-INFINITY), mnew, msub, alpha, sum = _mm512_setzero_ps(), s2e;
+        __m512 mx, mnew, msub, alpha, sum = _mm512_setzero_ps(), s2e;
         __mmask16 grew;
         long d0, h, dd;
         /* S^T of the block's 32 keys, 16 at a time */
@@ -239,41 +238,7 @@ BF16 static void attend_cols16_dp(const attnc_tile *t, float s2)
           }
           for (x = 0; x < 16; x++) _mm512_store_ps(S + (h * 16 + x) * 16, acc[x]);
         }
-        if (plain) { /* the max of the raw scores, scaled after (s2 > 0) */
-          __m512 m4[4];
-          for (x = 0; x < 4; x++) m4[x] = _mm512_load_ps(S + x * 16);
-          for (jj = 4; jj < 32; jj++) m4[jj & 3] = _mm512_max_ps(m4[jj & 3], _mm512_load_ps(S + jj * 16));
-          mx = _mm512_mul_ps(_mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), _mm512_set1_ps(s2));
-          s2e = _mm512_set1_ps(s2);
-        } else { /* scaled, the bias added and invisible keys -inf, in place */
-          if (bias_rows) { /* the bias along the keys, by 16 x 16 transposes */
-            for (h = 0; h < 2; h++) {
-              const long nv = kt - h * 16;
-              const __mmask16 km = nv >= 16 ? (__mmask16)0xFFFF : nv <= 0 ? (__mmask16)0 : (__mmask16)((1u << nv) - 1u);
-              __m512i bv[16];
-              for (x = 0; x < 16; x++)
-                bv[x] = x < live ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, bias0 + BO[g * 16 + x] + j0 + h * 16)) : _mm512_setzero_si512();
-              transpose16_epi32(bv);
-              for (x = 0; x < 16; x++) _mm512_store_si512(Bb + (h * 16 + x) * 16, bv[x]);
-            }
-          }
-          for (jj = 0; jj < 32; jj++) {
-            const long j = j0 + jj;
-            __m512 sc = _mm512_mul_ps(_mm512_load_ps(S + jj * 16), _mm512_set1_ps(s2));
-            __mmask16 ok = jj < kt ? (__mmask16)0xFFFF : 0;
-            if (!inside)
-              ok &= _mm512_cmp_epi32_mask(lov, _mm512_set1_epi32((int)j), _MM_CMPINT_LE) &
-                    _mm512_cmp_epi32_mask(hiv, _mm512_set1_epi32((int)j), _MM_CMPINT_NLT);
-            if (t->mask && ok && !t->mask[j]) ok = 0; /* the key mask, contiguous along the keys */
-            if (bias_rows) sc = _mm512_fmadd_ps(_mm512_load_ps(Bb + jj * 16), _mm512_set1_ps(ATTNC_LOG2E), sc);
-            else if (bias0 && ok) /* the bias along the rows */
-              sc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(ok & lm, bias0 + j * t->bias_j + g * 16), _mm512_set1_ps(ATTNC_LOG2E), sc);
-            sc = _mm512_mask_blend_ps(ok, _mm512_set1_ps(-INFINITY), sc);
-            _mm512_store_ps(S + jj * 16, sc);
-            mx = _mm512_max_ps(mx, sc);
-          }
-          s2e = _mm512_set1_ps(1.0f);
-        }
+        mx = cols16_scores(t, S, Bb, bias0, bias_rows, BO, lov, hiv, g, live, j0, kt, inside, plain, s2, &s2e);
         /* the new max (a NaN score makes it NaN or its p NaN, and either
          * makes the row NaN); a row's largest p is then 1, exact in bf16 */
         mnew = _mm512_max_ps(Mv, mx);

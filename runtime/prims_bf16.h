@@ -69,4 +69,59 @@ BF16 static inline __m512 pair_sum(__m512i w)
                        _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u))));
 }
 
+/* The transposed attention's block of 32 keys from j0 (kt of them real)
+ * for the group of 16 rows g (live of them real), its scores S (32
+ * vectors, key by key, of the rows' q.k) made ready for the online
+ * softmax: with nothing to mask or add (plain), S stays raw and the
+ * returned max is scaled, *s2e = s2 to scale p's exponent; else each
+ * score is scaled to base 2, the bias added (bias0: along the keys, by 16
+ * x 16 transposes through Bb, or along the rows) and invisible keys set
+ * to -inf in place, *s2e = 1.  Returns the block's max, row by row.
+ * Shared by the AMX and the vdpbf16ps kernels (prims_amx.c, prims_bf16.c). */
+BF16 static inline __attribute__((always_inline)) __m512 cols16_scores(const attnc_tile *t, float *S, float *Bb, const float *bias0,
+                                                                        int bias_rows, const int *BO, __m512i lov, __m512i hiv,
+                                                                        long g, long live, long j0, long kt, int inside, int plain,
+                                                                        float s2, __m512 *s2e)
+{
+  const __mmask16 lm = live >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << live) - 1u);
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  long x, jj;
+  if (plain) { /* the max of the raw scores, scaled after (s2 > 0) */
+    __m512 m4[4];
+    for (x = 0; x < 4; x++) m4[x] = _mm512_load_ps(S + x * 16);
+    for (jj = 4; jj < 32; jj++) m4[jj & 3] = _mm512_max_ps(m4[jj & 3], _mm512_load_ps(S + jj * 16));
+    *s2e = _mm512_set1_ps(s2);
+    return _mm512_mul_ps(_mm512_max_ps(_mm512_max_ps(m4[0], m4[1]), _mm512_max_ps(m4[2], m4[3])), _mm512_set1_ps(s2));
+  }
+  if (bias_rows) { /* the bias along the keys, by 16 x 16 transposes */
+    int h;
+    for (h = 0; h < 2; h++) {
+      const long nv = kt - h * 16;
+      const __mmask16 km = nv >= 16 ? (__mmask16)0xFFFF : nv <= 0 ? (__mmask16)0 : (__mmask16)((1u << nv) - 1u);
+      __m512i bv[16];
+      for (x = 0; x < 16; x++)
+        bv[x] = x < live ? _mm512_castps_si512(_mm512_maskz_loadu_ps(km, bias0 + BO[g * 16 + x] + j0 + h * 16)) : _mm512_setzero_si512();
+      transpose16_epi32(bv);
+      for (x = 0; x < 16; x++) _mm512_store_si512(Bb + (h * 16 + x) * 16, bv[x]);
+    }
+  }
+  for (jj = 0; jj < 32; jj++) {
+    const long j = j0 + jj;
+    __m512 sc = _mm512_mul_ps(_mm512_load_ps(S + jj * 16), _mm512_set1_ps(s2));
+    __mmask16 ok = jj < kt ? (__mmask16)0xFFFF : 0;
+    if (!inside)
+      ok &= _mm512_cmp_epi32_mask(lov, _mm512_set1_epi32((int)j), _MM_CMPINT_LE) &
+            _mm512_cmp_epi32_mask(hiv, _mm512_set1_epi32((int)j), _MM_CMPINT_NLT);
+    if (t->mask && ok && !t->mask[j]) ok = 0; /* the key mask, contiguous along the keys */
+    if (bias_rows) sc = _mm512_fmadd_ps(_mm512_load_ps(Bb + jj * 16), _mm512_set1_ps(ATTNC_LOG2E), sc);
+    else if (bias0 && ok) /* the bias along the rows */
+      sc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(ok & lm, bias0 + j * t->bias_j + g * 16), _mm512_set1_ps(ATTNC_LOG2E), sc);
+    sc = _mm512_mask_blend_ps(ok, _mm512_set1_ps(-INFINITY), sc);
+    _mm512_store_ps(S + jj * 16, sc);
+    mx = _mm512_max_ps(mx, sc);
+  }
+  *s2e = _mm512_set1_ps(1.0f);
+  return mx;
+}
+
 #endif
