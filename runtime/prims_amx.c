@@ -283,20 +283,8 @@ AMX static void attend_cols16(const attnc_tile *t, float s2)
   attnc_prims_rows_begin(t, r16, NULL, c, LO, HI, BO, M, L, &jmin, &jmax, &lo_max, &hi_min);
   memset(O, 0, sizeof(float) * (size_t)(r16 * c));
   /* Q^T as B tiles, group g (rows g*16..) and chunk cc of 32 dims: row kk
-   * holds each row's dims 2kk, 2kk + 1 (a 16 x 16 transpose of bf16 pairs);
-   * q rounded to bf16 as it is, the scale goes on the f32 scores */
-  for (g = 0; g < ng; g++) {
-    const float *qr[16];
-    attnc_prims_row_ptrs(t, t->q, t->q_stride, t->q_hstride, g * 16, 16, qr);
-    for (cc = 0; cc < nc; cc++) {
-      __m512i w[16];
-      for (x = 0; x < 16; x++)
-        w[x] = qr[x] ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(qr[x] + cc * 32 + 16), _mm512_loadu_ps(qr[x] + cc * 32))
-                     : _mm512_setzero_si512();
-      transpose16_epi32(w);
-      for (x = 0; x < 16; x++) _mm512_store_si512(Qt + ((g * nc + cc) * 16 + x) * 32, w[x]);
-    }
-  }
+   * holds each row's dims 2kk, 2kk + 1 (a 16 x 16 transpose of bf16 pairs) */
+  cols16_qt(t, ng, Qt);
   load_tiles();
   for (c0 = jmin; c0 <= jmax; c0 += KC) {
     const long c1 = jmax + 1 - c0 < KC ? jmax + 1 : c0 + KC, nblk = (c1 - c0 + 31) / 32;
@@ -392,27 +380,8 @@ AMX static void attend_cols16(const attnc_tile *t, float s2)
     }
   }
   _tile_release();
-  /* the rows out: O^T by 1 / l lane-wise, transposed 16 dims at a time;
-   * rows that saw no key take the empty-row rule */
-  for (g = 0; g < ng; g++) {
-    const __m512 Lv = _mm512_load_ps(L + g * 16);
-    const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(Lv, _mm512_setzero_ps(), _CMP_NEQ_UQ), _mm512_set1_ps(1.0f), Lv);
-    float *orow[16];
-    long n16;
-    for (x = 0; x < 16; x++) {
-      const long r = g * 16 + x;
-      orow[x] = r < rows ? t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride : NULL;
-    }
-    for (n16 = 0; n16 < c / 16; n16++) {
-      __m512i w[16];
-      for (x = 0; x < 16; x++) w[x] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(O + (g * c + n16 * 16 + x) * 16), inv));
-      transpose16_epi32(w);
-      for (x = 0; x < 16; x++)
-        if (orow[x]) _mm512_storeu_ps(orow[x] + n16 * 16, _mm512_castsi512_ps(w[x]));
-    }
-    for (x = 0; x < 16 && g * 16 + x < rows; x++)
-      if (M[g * 16 + x] == -INFINITY && L[g * 16 + x] == 0) attnc_prims_empty_row(t, g * 16 + x, orow[x]);
-  }
+  /* the rows out */
+  cols16_out(t, ng, O, M, L);
 }
 #undef AMX_RESCALE
 

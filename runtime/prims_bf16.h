@@ -124,4 +124,53 @@ BF16 static inline __attribute__((always_inline)) __m512 cols16_scores(const att
   return mx;
 }
 
+/* The transposed attention's Q^T: for each group g of 16 rows and pair
+ * of dims dd, the 16 rows' q (dims 2dd, 2dd + 1) rounded to bf16 pairs,
+ * 64 bytes at qt + (g * c / 2 + dd) * 64 (16 x 16 transposes; rows past
+ * t->rows zero).  The scale goes on the f32 scores, not here. */
+BF16 static inline void cols16_qt(const attnc_tile *t, long ng, void *qt)
+{
+  long g, cc, x;
+  for (g = 0; g < ng; g++) {
+    const float *qr[16];
+    attnc_prims_row_ptrs(t, t->q, t->q_stride, t->q_hstride, g * 16, 16, qr);
+    for (cc = 0; cc < t->c / 32; cc++) {
+      __m512i w[16];
+      for (x = 0; x < 16; x++)
+        w[x] = qr[x] ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(qr[x] + cc * 32 + 16), _mm512_loadu_ps(qr[x] + cc * 32))
+                     : _mm512_setzero_si512();
+      transpose16_epi32(w);
+      for (x = 0; x < 16; x++) _mm512_store_si512((char *)qt + ((g * t->c / 32 + cc) * 16 + x) * 64, w[x]);
+    }
+  }
+}
+
+/* The transposed attention's rows out: O^T (group g's dim d at O + (g *
+ * c + d) * 16) by 1 / l lane-wise, transposed 16 dims at a time; rows
+ * that saw no key (M -inf, L 0) take the empty-row rule. */
+BF16 static inline void cols16_out(const attnc_tile *t, long ng, const float *O, const float *M, const float *L)
+{
+  const long rows = t->rows, c = t->c;
+  long g, x;
+  for (g = 0; g < ng; g++) {
+    const __m512 Lv = _mm512_load_ps(L + g * 16);
+    const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(Lv, _mm512_setzero_ps(), _CMP_NEQ_UQ), _mm512_set1_ps(1.0f), Lv);
+    float *orow[16];
+    long n16;
+    for (x = 0; x < 16; x++) {
+      const long r = g * 16 + x;
+      orow[x] = r < rows ? t->o + (r / t->q_group) * t->o_stride + (r % t->q_group) * t->o_hstride : NULL;
+    }
+    for (n16 = 0; n16 < c / 16; n16++) {
+      __m512i w[16];
+      for (x = 0; x < 16; x++) w[x] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(O + (g * c + n16 * 16 + x) * 16), inv));
+      transpose16_epi32(w);
+      for (x = 0; x < 16; x++)
+        if (orow[x]) _mm512_storeu_ps(orow[x] + n16 * 16, _mm512_castsi512_ps(w[x]));
+    }
+    for (x = 0; x < 16 && g * 16 + x < rows; x++)
+      if (M[g * 16 + x] == -INFINITY && L[g * 16 + x] == 0) attnc_prims_empty_row(t, g * 16 + x, orow[x]);
+  }
+}
+
 #endif
