@@ -256,24 +256,28 @@ static int generated_has(const char *spec, const char *needle)
 /* layout=bshc against the default layout on the same numbers, transposed:
  * the two kernels must agree to the last bit (a check of the layout that
  * does not go through the reference's own reading of it), on 1 and 2
- * threads, with key splits (a decoding query over 2000 keys) and without. */
+ * threads, with key splits (a decoding query over 2000 keys) and without,
+ * and again after k and v change in their bound buffers. */
 static void test_kernels_layout_bshc_is_a_transpose(void **s)
 {
   static const struct { const char *bhsc, *bshc; long B, H, G, Sq, Sk; } cases[] = {
     { "mha mode=core q=2,4,S,16 kv=2,2,T,16 causal=bottom_right", "mha mode=core q=2,S,4,16 kv=2,T,2,16 layout=bshc causal=bottom_right", 2, 4, 2, 37, 45 },
     { "mha mode=core q=1,8,S,32 kv=1,2,T,32", "mha mode=core q=1,S,8,32 kv=1,T,2,32 layout=bshc", 1, 8, 2, 1, 2000 },
+    /* one kv head: a thread's first tile of a run is of the head its last
+     * tile of the run before was */
+    { "mha mode=core q=1,2,S,16 kv=1,1,T,16", "mha mode=core q=1,S,2,16 kv=1,T,1,16 layout=bshc", 1, 2, 1, 37, 45 },
   };
   size_t c;
   (void)s;
   for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    const long B = cases[c].B, H = cases[c].H, G = cases[c].G, Sq = cases[c].Sq, Sk = cases[c].Sk, C = (c == 0 ? 16 : 32);
+    const long B = cases[c].B, H = cases[c].H, G = cases[c].G, Sq = cases[c].Sq, Sk = cases[c].Sk, C = (c == 1 ? 32 : 16);
     const size_t nq = (size_t)(B * H * Sq * C), nk = (size_t)(B * G * Sk * C);
     float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
     float *qt = malloc(nq * sizeof *q), *kt = malloc(nk * sizeof *k), *vt = malloc(nk * sizeof *v);
     float *o = malloc(nq * sizeof *o), *ot = malloc(nq * sizeof *o);
     unsigned long seed = 12345;
     long b, h, i, d;
-    int threads, plain;
+    int threads, plain, round;
     assert_true(q && k && v && qt && kt && vt && o && ot);
     for (i = 0; i < (long)nq; i++) { seed = seed * 6364136223846793005UL + 1; q[i] = (float)((seed >> 33) % 2001) / 1000.0f - 1; }
     for (i = 0; i < (long)nk; i++) { seed = seed * 6364136223846793005UL + 1; k[i] = (float)((seed >> 33) % 2001) / 1000.0f - 1; }
@@ -312,15 +316,23 @@ static void test_kernels_layout_bshc_is_a_transpose(void **s)
         assert_int_equal(attnc_bind(b2, "q", &uq, &e), ATTNC_OK);
         assert_int_equal(attnc_bind(b2, "k", &uk, &e), ATTNC_OK);
         assert_int_equal(attnc_bind(b2, "v", &uv, &e), ATTNC_OK);
-        if (attnc_run(b1, &to, &e) != ATTNC_OK || attnc_run(b2, &uo, &e) != ATTNC_OK) fail_msg("run: %s", e.message);
-        for (b = 0; b < B; b++)
-          for (h = 0; h < H; h++)
-            for (i = 0; i < Sq; i++)
-              for (d = 0; d < C; d++)
-                if (ot[((b * Sq + i) * H + h) * C + d] != o[((b * H + h) * Sq + i) * C + d])
-                  fail_msg("%s (%s form, %d threads): out[%ld][%ld][%ld][%ld] is %.9g, the bhsc kernel's %.9g", cases[c].bshc,
-                           plain ? "plain" : "fast", threads, b, i, h, d, (double)ot[((b * Sq + i) * H + h) * C + d],
-                           (double)o[((b * H + h) * Sq + i) * C + d]);
+        for (round = 0; round < 2; round++) {
+          if (attnc_run(b1, &to, &e) != ATTNC_OK || attnc_run(b2, &uo, &e) != ATTNC_OK) fail_msg("run: %s", e.message);
+          for (b = 0; b < B; b++)
+            for (h = 0; h < H; h++)
+              for (i = 0; i < Sq; i++)
+                for (d = 0; d < C; d++)
+                  if (ot[((b * Sq + i) * H + h) * C + d] != o[((b * H + h) * Sq + i) * C + d])
+                    fail_msg("%s (%s form, %d threads, run %d): out[%ld][%ld][%ld][%ld] is %.9g, the bhsc kernel's %.9g",
+                             cases[c].bshc, plain ? "plain" : "fast", threads, round + 1, b, i, h, d,
+                             (double)ot[((b * Sq + i) * H + h) * C + d], (double)o[((b * H + h) * Sq + i) * C + d]);
+          /* new k and v in the same buffers: a second run must not take
+           * the copies of k and v (the fast form's, per thread) of the first */
+          for (i = 0; i < (long)nk; i++) {
+            k[i] *= -0.5f; kt[i] *= -0.5f;
+            v[i] = 1 - v[i]; vt[i] = 1 - vt[i];
+          }
+        }
         attnc_bindings_free(b1);
         attnc_bindings_free(b2);
         attnc_release(k1);
@@ -360,7 +372,7 @@ static void test_kernels_fast_form_decides(void **s)
     { "mha x=B,S,64 heads=4 causal mask=key bias=B,4,S,S", "t->mask[", 1 },
     { "mha x=B,S,64 heads=4 causal mask=key bias=B,4,S,S", "t->hi_off <", 1 },
     { "alphafold x=1,S,64 heads=2 head_dim=16 bias=2,S,S", "transpose_bias", 0 }, /* one element: no transposed copy */
-    { "mha mode=core q=B,S,4,16 layout=bshc", "sc->k_t", 1 },              /* bshc: k and v copied head by head */
+    { "mha mode=core q=B,S,4,16 layout=bshc", "z->kvt_at", 1 },            /* bshc: k and v copied head by head */
     { "mha mode=core q=1,1,32,16 kv=1,S,8,16 layout=bshc", "k_t", 0 },     /* a decoding step reads them as they are */
     /* score modifiers and lse: the softcap in the attend primitive; the
      * rest in the C loops or rows finished after it; projections on the primitives */
