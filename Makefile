@@ -93,7 +93,7 @@ LIB_OBJ := $(filter-out $(EMU_OWN:$(B)/%=$(OBJ_FROM)/%),$(LIB_OBJ:$(B)/%=$(OBJ_F
 TOBJ := $(OBJ_FROM)/tobj
 endif
 $(B)/obj/prims_avx512.o: CFLAGS += $(EMU_OPT) -include tests/avx512_emu.h
-$(B)/obj/prims.o: CPPFLAGS += -DATTNC_AVX512_EMU
+$(B)/obj/prims.o $(B)/obj/prims_avx512.o: CPPFLAGS += -DATTNC_AVX512_EMU
 $(B)/obj/prims_avx512.o: tests/avx512_emu.h
 else
 # only reached after a run-time check that the CPU has AVX-512 (prims.c);

@@ -4,9 +4,9 @@
 #                                 temporary folder and runs it with ARGS
 #   ab_build REV HARNESS.c OUT
 # compiles revision REV's prims_avx2.c and prims_avx512.c with REV's
-# headers, their exported names prefixed ab_old_ (the helpers they share
-# with prims.c come from this tree), and links them with bench/HARNESS.c
-# and this tree's build/libattnc.a into OUT.
+# headers, the functions they define renamed from attnc_prims_X to ab_old_X
+# (the helpers they share with prims.c come from this tree), and links them
+# with bench/HARNESS.c and this tree's build/libattnc.a into OUT.
 ab_build() {
   ab_rev=$1 ab_harness=$2 ab_out=$3
   ab_top=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,12 +22,15 @@ ab_build() {
   ab_avx512=$(sed -n 's/^AVX512_FLAGS := //p' "$ab_top/Makefile")
   [ -n "$ab_avx512" ] || { echo "$(basename "$0"): no AVX512_FLAGS line in $ab_top/Makefile" >&2; exit 1; }
   for ab_f in avx2 avx512; do
-    ab_ren=""
-    for ab_s in linear linear_heads attend sigmoid_mul; do ab_ren="$ab_ren -Dattnc_prims_${ab_s}_$ab_f=ab_old_${ab_s}_$ab_f"; done
     ab_isa=$ab_avx2
     [ $ab_f = avx512 ] && ab_isa=$ab_avx512
     # shellcheck disable=SC2086
-    $ab_cc -std=c99 -O3 -D_POSIX_C_SOURCE=200809L -I"$ab_d/rev/runtime" $ab_isa $ab_ren -c -o "$ab_d/old_$ab_f.o" "$ab_d/rev/runtime/prims_$ab_f.c"
+    $ab_cc -std=c99 -O3 -D_POSIX_C_SOURCE=200809L -I"$ab_d/rev/runtime" $ab_isa -c -o "$ab_d/old_$ab_f.o" "$ab_d/rev/runtime/prims_$ab_f.c"
+    # every function the file defines renamed attnc_prims_X -> ab_old_X (so
+    # that it links beside this tree's copy, whatever REV added to the file)
+    ab_ren=$(nm -g --defined-only "$ab_d/old_$ab_f.o" | awk '$3 ~ /^attnc_prims_/ { n = $3; sub(/^attnc_prims_/, "ab_old_", n); printf " --redefine-sym %s=%s", $3, n }')
+    # shellcheck disable=SC2086
+    objcopy $ab_ren "$ab_d/old_$ab_f.o"
   done
   $ab_cc -std=c99 -O2 -D_POSIX_C_SOURCE=200809L -I"$ab_top/runtime" -I/usr/include/lua5.4 -o "$ab_out" \
     "$ab_top/bench/$ab_harness" "$ab_d/old_avx2.o" "$ab_d/old_avx512.o" "$ab_top/build/libattnc.a" -llua5.4 -ltcc -ldl -lm -lpthread

@@ -51,6 +51,12 @@ static float *floats(long n, unsigned seed)
 void ab_old_attend_avx2(const attnc_tile *t);
 void ab_old_attend_avx512(const attnc_tile *t);
 typedef void (*ab_attend_fn)(const attnc_tile *t);
+void ab_old_attend_kv_avx2(const attnc_tile *t, int kv_type, const void *k, const float *k_scale, const void *v,
+                           const float *v_scale);
+void ab_old_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *k, const float *k_scale, const void *v,
+                             const float *v_scale);
+typedef void (*ab_attend_kv_fn)(const attnc_tile *t, int kv_type, const void *k, const float *k_scale, const void *v,
+                                const float *v_scale);
 
 /* The other revision's attention for the set P uses; exits with 2 when
  * that set is neither avx2 nor avx512. */
@@ -60,6 +66,12 @@ static inline ab_attend_fn ab_old_attend(const attnc_prims *P)
   if (strcmp(P->isa, "avx2") == 0) return ab_old_attend_avx2;
   fprintf(stderr, AB_NAME ": the %s primitives are not compared (only avx2 and avx512)\n", P->isa);
   exit(2);
+}
+
+/* The other revision's attend_kv for the set P uses (as ab_old_attend). */
+static inline ab_attend_kv_fn ab_old_attend_kv(const attnc_prims *P)
+{
+  return strcmp(P->isa, "avx512") == 0 ? ab_old_attend_kv_avx512 : ab_old_attend_kv_avx2;
 }
 
 static long arg(const char *s, long lo, long hi, const char *what)

@@ -9,6 +9,10 @@
 
 #include "prims.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 long attnc_prims_pack_size(long n_out, long n_in)
 {
   long panels = (n_out + ATTNC_PACK_NR - 1) / ATTNC_PACK_NR;
@@ -205,6 +209,7 @@ void attnc_prims_attend_kv_generic(const attnc_tile *t, int kv_type, const void 
 {
   const long esize = kv_type == ATTNC_KV_INT8 ? 1 : 2;
   long rows = t->rows, c = t->c, r, j, d;
+  if (kv_type == ATTNC_KV_BF16_ROUND) kv_type = ATTNC_KV_BF16; /* q and p kept f32 */
   for (r = 0; r < rows; r++) {
     long i = t->i0 + r / t->q_group, hh = r % t->q_group, lo, hi;
     const float *q = t->q + (r / t->q_group) * t->q_stride + hh * t->q_hstride;
@@ -479,6 +484,24 @@ void attnc_prims_matmul_generic(long m, long n, long k, const float *a, long a_r
 static attnc_prims table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ATTNC_AVX512_EMU)
+/* 1 when vdpbf16ps is worth taking over f32 FMAs: the CPU has AVX512-BF16
+ * (CPUID leaf 7 sub-leaf 1, EAX bit 5) and no AMX-BF16 (leaf 7, EDX bit
+ * 22).  Zen 4 issues a 512-bit vdpbf16ps at its 512-bit FMA rate, so each
+ * does twice an FMA's products; Intel's AMX parts (Sapphire Rapids on)
+ * issue it at half their FMA rate (one port of two), which leaves it no
+ * faster (docs/performance.md, "Decode D in 16 bits").  Cooper Lake
+ * (AVX512-BF16 without AMX) was not measured.  The caller has checked
+ * AVX-512F and the OS's saving of the vector state. */
+static int bf16dp_fast(void)
+{
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || ((d >> 22) & 1)) return 0;
+  return 1;
+}
+#endif
+
 static void choose(void)
 {
   const char *force = getenv("ATTNC_ISA");
@@ -542,6 +565,11 @@ static void choose(void)
     table.attend = attnc_prims_attend_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
     table.attend_kv = attnc_prims_attend_kv_avx512;
+#ifndef ATTNC_AVX512_EMU
+    /* a bf16 kernel's decoding tiles on vdpbf16ps where it is not slower
+     * than an FMA (ATTNC_ISA=avx512 leaves it out, as it does AMX) */
+    if (!(force && strcmp(force, "avx512") == 0) && bf16dp_fast()) table.attend_kv = attnc_prims_attend_kv_bf16dp;
+#endif
     table.matmul = attnc_prims_matmul_avx512;
   } else if (!generic_only && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     table.isa = "avx2";

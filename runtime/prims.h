@@ -165,6 +165,10 @@ void attnc_prims_attend_avx512(const attnc_tile *t);
 void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n);
 void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
                                   const void *v, const float *v_scale);
+/* attend_kv_avx512, with a bf16 kernel's tiles (ATTNC_KV_BF16_ROUND, c a
+ * multiple of 32) on vdpbf16ps: for CPUs with AVX512-BF16 only */
+void attnc_prims_attend_kv_bf16dp(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                  const void *v, const float *v_scale);
 void attnc_prims_linear_heads_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed,
                                      long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
                                      long head_stride);

@@ -1197,7 +1197,7 @@ static KV_F16C void attend_kv_int8(const attnc_tile *t, const void *k, const flo
 KV_F16C void attnc_prims_attend_kv_avx2(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
                                         const void *v, const float *v_scale)
 {
-  if (kv_type == ATTNC_KV_BF16) attend_kv_bf16(t, k, v);
+  if (kv_type == ATTNC_KV_BF16 || kv_type == ATTNC_KV_BF16_ROUND) attend_kv_bf16(t, k, v); /* q, p kept f32 */
   else if (kv_type == ATTNC_KV_F16) attend_kv_f16(t, k, v);
   else attend_kv_int8(t, k, k_scale, v, v_scale);
 }

@@ -1482,7 +1482,7 @@ static void attend_kv_int8_whole(const attnc_tile *t, const void *k, const float
 void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
                                   const void *v, const float *v_scale)
 {
-  if (kv_type == ATTNC_KV_BF16) {
+  if (kv_type == ATTNC_KV_BF16 || kv_type == ATTNC_KV_BF16_ROUND) { /* q and p kept f32 either way */
     if (t->c % 32 == 0) attend_kv_bf16_whole(t, k, v);
     else attend_kv_bf16(t, k, v);
   } else if (kv_type == ATTNC_KV_F16) {
@@ -1493,6 +1493,232 @@ void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *
     else attend_kv_int8(t, k, k_scale, v, v_scale);
   }
 }
+
+#ifndef ATTNC_AVX512_EMU
+/* ---- attend_kv for a dtype=bf16 kernel on vdpbf16ps (AVX512-BF16) ----
+ *
+ * kv_type ATTNC_KV_BF16_ROUND lets q and p be rounded to bf16 too (abi.h),
+ * so both products can take vdpbf16ps, which multiplies 32 bf16 pairs and
+ * adds them in pairs onto 16 f32 sums: on Zen 4 it issues at the FMA's
+ * rate, so a decoding step's arithmetic (the bf16 path's limit: see
+ * docs/performance.md, "Decode D in 16 bits") halves, and the widening ops
+ * go.  prims.c takes this only where vdpbf16ps is not slower than an FMA.
+ *
+ * q.k: q rounded to bf16 as it is (exact for a bf16 kernel's own q) in
+ * the order it is stored, as k is, so each 64-byte load of a key row
+ * meets the matching 32 values of q; the scale goes on the f32 sums.
+ * p.v: keys j and j + 1 are taken together, their value rows interleaved
+ * (vpunpcklwd / vpunpckhwd) so that each 32-bit lane holds one dim's two
+ * values, against the pair (p[j], p[j + 1]) broadcast.  The unpacks work
+ * within 128-bit lanes, so per 32 dims the output rows hold dims 8L..8L+3
+ * of 128-bit lane L in the first vector and 8L+4..8L+7 in the second;
+ * they are put back in order at the end.  The softmax is f32
+ * (softmax_row), its sum over the unrounded p. */
+/* the key tile whose rows qk_dp asks for, in tiles ahead (2 and 3 read
+ * no better on one thread from L3) */
+#define DP_AHEAD 1
+#define BF16DP __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+/* S[r * KT + i] = scale * (q row r . key i) for NK (<= 4) keys x MR (<= 4)
+ * rows, nc chunks of 32 dims, keys kb bytes apart (as qkd_kv_kernel).  In
+ * 256-bit halves: Zen 4 runs a 512-bit op as two 256-bit ones, so the
+ * products cost the same, while each sum is then reduced across 8 lanes,
+ * not 16: the reduction below is 42 256-bit ops for the 16 sums, where
+ * hsum4x4 is 45 512-bit ones (half the time of this loop at c = 128). */
+BF16DP INLINE void qk_dp_kernel(const int NK, const int MR, long nc, const unsigned short *Qb, long c, const char *k,
+                                long kb, float *S, __m256 scale)
+{
+  __m256 acc[4][4], v[4], w01, w23;
+  long u;
+  int i, r;
+  for (r = 0; r < 4; r++)
+    for (i = 0; i < 4; i++) acc[r][i] = _mm256_setzero_ps();
+  for (u = 0; u < 2 * nc; u++) {
+    __m256i kv[4];
+    for (i = 0; i < NK; i++) kv[i] = _mm256_loadu_si256((const __m256i *)(k + i * kb + u * 32));
+    for (r = 0; r < MR; r++) {
+      const __m256i q = _mm256_load_si256((const __m256i *)(Qb + r * c + u * 16));
+      for (i = 0; i < NK; i++) acc[r][i] = _mm256_dpbf16_ps(acc[r][i], (__m256bh)q, (__m256bh)kv[i]);
+    }
+  }
+  for (r = 0; r < 4; r++) {
+    /* per 128-bit chunk: keys 0 and 1 (2 and 3) interleaved, halves summed; then keys 0..3 summed over the chunk */
+    const __m256 u01 = _mm256_add_ps(_mm256_unpacklo_ps(acc[r][0], acc[r][1]), _mm256_unpackhi_ps(acc[r][0], acc[r][1]));
+    const __m256 u23 = _mm256_add_ps(_mm256_unpacklo_ps(acc[r][2], acc[r][3]), _mm256_unpackhi_ps(acc[r][2], acc[r][3]));
+    v[r] = _mm256_add_ps(_mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(u01, u23, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  /* the two chunks of each row summed: rows 0 and 1 in w01's halves, 2 and 3 in w23's */
+  w01 = _mm256_mul_ps(scale, _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[1], 0x20), _mm256_permute2f128_ps(v[0], v[1], 0x31)));
+  w23 = _mm256_mul_ps(scale, _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[3], 0x20), _mm256_permute2f128_ps(v[2], v[3], 0x31)));
+  for (r = 0; r < MR; r++) {
+    const __m256 w = r < 2 ? w01 : w23;
+    _mm_mask_storeu_ps(S + r * KT, (__mmask8)((1u << NK) - 1u), r & 1 ? _mm256_extractf128_ps(w, 1) : _mm256_castps256_ps128(w));
+  }
+}
+
+/* qk_direct_kv on vdpbf16ps (c a multiple of 32). */
+BF16DP static void qk_dp(long rows, long c, const unsigned short *Qb, const char *k, long kb, long kt, float *S, float scale,
+                         const char *kn, const char *vn, long vb, long n)
+{
+  const __m256 sc = _mm256_set1_ps(scale);
+  const long nc = c / 32;
+  long jj, r, r0;
+  for (jj = 0; jj < kt; jj += 4) {
+    const char *kr = k + jj * kb;
+    prefetch_kv(kn, kb, vn, vb, c * 2, n, jj, jj + 4);
+    for (r0 = 0; r0 < rows; r0 += 4) {
+      const unsigned short *qr = Qb + r0 * c;
+      float *sr = S + r0 * KT + jj;
+#define QKDP_ROWS(NK)                                                      \
+  switch (rows - r0 < 4 ? rows - r0 : 4) {                                 \
+  case 4: qk_dp_kernel(NK, 4, nc, qr, c, kr, kb, sr, sc); break;           \
+  case 3: qk_dp_kernel(NK, 3, nc, qr, c, kr, kb, sr, sc); break;           \
+  case 2: qk_dp_kernel(NK, 2, nc, qr, c, kr, kb, sr, sc); break;           \
+  default: qk_dp_kernel(NK, 1, nc, qr, c, kr, kb, sr, sc); break;          \
+  }
+      switch (kt - jj < 4 ? kt - jj : 4) {
+      case 4: QKDP_ROWS(4) break;
+      case 3: QKDP_ROWS(3) break;
+      case 2: QKDP_ROWS(2) break;
+      default: QKDP_ROWS(1) break;
+      }
+#undef QKDP_ROWS
+    }
+  }
+  for (r = 0; r < rows; r++)
+    for (jj = kt; jj < KT; jj++) S[r * KT + jj] = 0;
+}
+
+/* O rows (c floats apart, in the unpacks' order) += P (bf16, KT apart)
+ * . v over kt keys, for MR (<= 6) rows and the NC (<= 2) chunks of 32
+ * dims from cu0: 2 * NC vectors a row in registers.  A last odd key is
+ * paired with zeros (the row after it may not exist). */
+BF16DP INLINE void pv_dp_kernel(const int MR, const int NC, long kt, const unsigned short *Pb, float *O, long c,
+                                const char *v, long vb, long cu0)
+{
+  __m512 acc[6][4];
+  long j;
+  int i, w, u;
+  for (i = 0; i < MR; i++)
+    for (w = 0; w < 2 * NC; w++) acc[i][w] = _mm512_load_ps(O + i * c + cu0 * 32 + w * 16);
+  for (j = 0; j < kt; j += 2) {
+    const char *v0 = v + j * vb + cu0 * 64;
+    __m512i b[4];
+    for (u = 0; u < NC; u++) {
+      const __m512i x = _mm512_loadu_si512(v0 + u * 64);
+      const __m512i y = j + 1 < kt ? _mm512_loadu_si512(v0 + vb + u * 64) : _mm512_setzero_si512();
+      b[2 * u] = _mm512_unpacklo_epi16(x, y);
+      b[2 * u + 1] = _mm512_unpackhi_epi16(x, y);
+    }
+    for (i = 0; i < MR; i++) {
+      int pp;
+      __m512i p;
+      memcpy(&pp, Pb + i * KT + j, sizeof pp); /* p[i][j] and p[i][j + 1] (0 past kt) */
+      p = _mm512_set1_epi32(pp);
+      for (w = 0; w < 2 * NC; w++) acc[i][w] = _mm512_dpbf16_ps(acc[i][w], (__m512bh)b[w], (__m512bh)p);
+    }
+  }
+  for (i = 0; i < MR; i++)
+    for (w = 0; w < 2 * NC; w++) _mm512_store_ps(O + i * c + cu0 * 32 + w * 16, acc[i][w]);
+}
+
+BF16DP static void pv_dp(long rows, long kt, const unsigned short *Pb, float *O, long c, const char *v, long vb)
+{
+  const long nc = c / 32;
+  long r0, cu0;
+  for (r0 = 0; r0 < rows; r0 += 6)
+    for (cu0 = 0; cu0 < nc; cu0 += 2) {
+      const unsigned short *Pr = Pb + r0 * KT;
+      float *Or = O + r0 * c;
+#define PVDP_ROWS(NC)                                                      \
+  switch (rows - r0 < 6 ? rows - r0 : 6) {                                 \
+  case 6: pv_dp_kernel(6, NC, kt, Pr, Or, c, v, vb, cu0); break;           \
+  case 5: pv_dp_kernel(5, NC, kt, Pr, Or, c, v, vb, cu0); break;           \
+  case 4: pv_dp_kernel(4, NC, kt, Pr, Or, c, v, vb, cu0); break;           \
+  case 3: pv_dp_kernel(3, NC, kt, Pr, Or, c, v, vb, cu0); break;           \
+  case 2: pv_dp_kernel(2, NC, kt, Pr, Or, c, v, vb, cu0); break;           \
+  default: pv_dp_kernel(1, NC, kt, Pr, Or, c, v, vb, cu0); break;          \
+  }
+      if (nc - cu0 >= 2) {
+        PVDP_ROWS(2)
+      } else {
+        PVDP_ROWS(1)
+      }
+#undef PVDP_ROWS
+    }
+}
+
+/* Work: O (r16 x c), M, L (r16 each), S (r16 x KT), Qb (r16 x c bf16), Pb
+ * (r16 x KT bf16): within attend_work(rows, c) for rows <= 16. */
+BF16DP static void attend_kv_bf16dp(const attnc_tile *t, const char *k, const char *v)
+{
+  const long rows = t->rows, c = t->c, r16 = round16(rows), kb = t->k_stride * 2, vb = t->v_stride * 2;
+  float *O = t->work, *M = O + r16 * c, *L = M + r16, *S = L + r16;
+  unsigned short *Qb = (unsigned short *)(S + r16 * KT), *Pb = Qb + r16 * c;
+  long r, d, jmin = t->k_end, jmax = t->k_begin - 1, j0;
+  /* 32 dims' place in the unpacks' order: lane n of the result takes lane
+   * idx[n] of (first vector, second vector) */
+  const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+
+  for (r = 0; r < rows; r++) {
+    const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
+    long lo, hi;
+    for (d = 0; d < c; d += 32) {
+      const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + d + 16), _mm512_loadu_ps(q + d));
+      _mm512_store_si512(Qb + r * c + d, (__m512i)b);
+      _mm512_store_ps(O + r * c + d, _mm512_setzero_ps());
+      _mm512_store_ps(O + r * c + d + 16, _mm512_setzero_ps());
+    }
+    M[r] = -INFINITY;
+    L[r] = 0;
+    attnc_prims_row_range(t, r, &lo, &hi);
+    if (lo <= hi) {
+      if (lo < jmin) jmin = lo;
+      if (hi > jmax) jmax = hi;
+    }
+  }
+
+  for (j0 = jmin; j0 <= jmax; j0 += KT) {
+    const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, left = jmax + 1 - (j0 + DP_AHEAD * KT);
+    const long n = left <= 0 ? 0 : left < KT ? left : KT;
+    qk_dp(rows, c, Qb, k + j0 * kb, kb, kt, S, t->scale, k + (j0 + DP_AHEAD * KT) * kb, v + (j0 + DP_AHEAD * KT) * vb, vb, n);
+    for (r = 0; r < rows; r++) {
+      softmax_row(t, r, j0, kt, S + r * KT, M, L, O, c);
+      for (d = 0; d < KT; d += 32)
+        _mm512_store_si512(Pb + r * KT + d,
+                           (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(S + r * KT + d + 16), _mm512_load_ps(S + r * KT + d)));
+    }
+    pv_dp(rows, kt, Pb, O, c, v + j0 * vb, vb);
+  }
+
+  for (r = 0; r < rows; r++) /* each 32 dims back in order, in place */
+    for (d = 0; d < c; d += 32) {
+      const __m512 a = _mm512_load_ps(O + r * c + d), b = _mm512_load_ps(O + r * c + d + 16);
+      _mm512_store_ps(O + r * c + d, _mm512_permutex2var_ps(a, lo_idx, b));
+      _mm512_store_ps(O + r * c + d + 16, _mm512_permutex2var_ps(a, hi_idx, b));
+    }
+  finish_rows(t, O, c, M, L, 1.0f);
+}
+
+/* attend_kv where the CPU has AVX512-BF16 and prims.c judged vdpbf16ps
+ * worth it: a bf16 kernel's tiles (ATTNC_KV_BF16_ROUND) with c a multiple
+ * of 32 take the dot products, the rest attend_kv_avx512. */
+BF16DP void attnc_prims_attend_kv_bf16dp(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                         const void *v, const float *v_scale)
+{
+  if (kv_type == ATTNC_KV_BF16_ROUND && t->c % 32 == 0) attend_kv_bf16dp(t, (const char *)k, (const char *)v);
+  else attnc_prims_attend_kv_avx512(t, kv_type, k, k_scale, v, v_scale);
+}
+#else
+/* make check-avx512-emu: the C model has no vdpbf16ps, and prims.c never
+ * picks this there; the tests that call it directly get the f32 path */
+void attnc_prims_attend_kv_bf16dp(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
+                                  const void *v, const float *v_scale)
+{
+  attnc_prims_attend_kv_avx512(t, kv_type, k, k_scale, v, v_scale);
+}
+#endif
 
 /* matmul: c's rows MM_MR at a time by up to 4 vectors (64 columns), in
  * registers over all of k: a[i][p] broadcast, b's row p loaded once for

@@ -51,8 +51,11 @@ enum attnc_empty_rows { ATTNC_EMPTY_ROWS_LIST(ATTNC_EMPTY_ENUM_) ATTNC_EMPTY_COU
 enum attnc_causal { ATTNC_CAUSAL_LIST(ATTNC_CAUSAL_ENUM_) ATTNC_CAUSAL_COUNT };
 /* How a KV cache's (or a 16-bit kernel's k and v) elements are stored,
  * for attnc_prims.attend_kv: bf16 (the top half of an f32), int8 with one
- * f32 scale per row of c, or f16 (IEEE binary16). */
-enum attnc_kv_type { ATTNC_KV_BF16 = 1, ATTNC_KV_INT8 = 2, ATTNC_KV_F16 = 3 };
+ * f32 scale per row of c, or f16 (IEEE binary16).  BF16_ROUND: bf16, read
+ * by a dtype=bf16 kernel, whose attention may round q and p to bf16 as
+ * well (as attend_bf16; products summed in f32, the softmax in f32), where
+ * an f32 kernel's bf16 cache (BF16) keeps them f32. */
+enum attnc_kv_type { ATTNC_KV_BF16 = 1, ATTNC_KV_INT8 = 2, ATTNC_KV_F16 = 3, ATTNC_KV_BF16_ROUND = 4 };
 #define ATTNC_ABI_MAX_RANK 8
 #define ATTNC_PHASES 7 /* widen, project, rotate, attend, combine, gate and output, narrow */
 

@@ -5,14 +5,18 @@
  * backends, on 1 and 2 threads, on tensors on and off 64-byte
  * boundaries.  A failing case prints its spec, dims, seed, misalignment
  * and threads. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "checker.h"
 #include "internal.h"
+#include "prims.h"
 #include "testutil.h"
 
 struct sweep {
@@ -754,6 +758,46 @@ static void test_kernels_bf16_cc(void **s) { (void)s; sweep_16("bf16", ATTNC_BAC
 static void test_kernels_f16_tcc(void **s) { (void)s; sweep_16("f16", ATTNC_BACKEND_TCC); }
 static void test_kernels_f16_cc(void **s) { (void)s; sweep_16("f16", ATTNC_BACKEND_CC); }
 
+static char g_self[4096]; /* this program, for the re-run with ATTNC_ISA set */
+
+/* A bf16 kernel's decoding steps on the cc backend, as sweep_16 runs them:
+ * what the re-run below runs (with ATTNC_ISA=avx512, off the vdpbf16ps path). */
+static void test_kernels_decode_bf16_cc(void **s)
+{
+  (void)s;
+  if (getenv("ATTNC_ISA")) assert_true(attnc_prims_get()->attend_kv != attnc_prims_attend_kv_bf16dp);
+  dtype = "bf16";
+  sweep_decode(ATTNC_BACKEND_CC);
+  dtype = NULL;
+}
+
+/* Where this process's bf16 decoding tiles take vdpbf16ps
+ * (attnc_prims_attend_kv_bf16dp), the same sweep again in a fresh process
+ * with ATTNC_ISA=avx512, which leaves it out (the primitives are chosen
+ * once per process): both paths stay checked end to end. */
+static void test_kernels_decode_bf16_both_paths(void **s)
+{
+  pid_t pid;
+  int st;
+  (void)s;
+  if (same_primitives_under_model("bf16 decoding steps without vdpbf16ps")) return;
+  if (attnc_prims_get()->attend_kv != attnc_prims_attend_kv_bf16dp) {
+    printf("SKIP bf16 decoding without vdpbf16ps: this process does not take it (the bf16 sweeps ran that path)\n");
+    return;
+  }
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    setenv("ATTNC_ISA", "avx512", 1);
+    execl(g_self, g_self, "--decode-bf16", (char *)NULL);
+    _exit(127);
+  }
+  while (waitpid(pid, &st, 0) < 0) assert_int_equal(errno, EINTR);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* int8 weight matrices with their per-row scales (weights=int8), with f32
  * and with bf16 activations (core-mode specs have no weights and run as
  * they are); the fast form packs them int8 (linear_q8), the C loops and
@@ -1129,10 +1173,16 @@ static int reset_sweep(void **state)
   return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 #undef cmocka_unit_test
 #define cmocka_unit_test(f) cmocka_unit_test_teardown(f, reset_sweep)
+  const struct CMUnitTest decode_bf16[] = { cmocka_unit_test(test_kernels_decode_bf16_cc) };
+  const ssize_t n = readlink("/proc/self/exe", g_self, sizeof g_self - 1);
+  if (n > 0) g_self[n] = '\0';
+  else snprintf(g_self, sizeof g_self, "%s", argv[0]);
+  if (argc == 2 && strcmp(argv[1], "--decode-bf16") == 0) /* the re-run of test_kernels_decode_bf16_both_paths */
+    return cmocka_run_group_tests_name("decode bf16 (re-run)", decode_bf16, NULL, NULL);
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_kernels_heads_tcc),    cmocka_unit_test(test_kernels_heads_cc),
     cmocka_unit_test(test_kernels_axes_tcc),     cmocka_unit_test(test_kernels_axes_cc),
@@ -1148,6 +1198,7 @@ int main(void)
     cmocka_unit_test(test_kernels_bf16_tcc), cmocka_unit_test(test_kernels_bf16_cc),
     cmocka_unit_test(test_kernels_f16_tcc), cmocka_unit_test(test_kernels_f16_cc),
     cmocka_unit_test(test_kernels_decode_16_reads_stored),
+    cmocka_unit_test(test_kernels_decode_bf16_both_paths),
     cmocka_unit_test(test_kernels_16_no_prims_tcc),
     cmocka_unit_test(test_kernels_int8_tcc), cmocka_unit_test(test_kernels_int8_cc),
     cmocka_unit_test(test_kernels_modifiers_tcc), cmocka_unit_test(test_kernels_modifiers_cc),

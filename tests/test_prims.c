@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <cpuid.h>
 
 #include "prims.h"
 #include "testutil.h"
@@ -41,6 +42,13 @@ static float *alloc64(long n)
 static int have_avx512(void)
 {
   return strcmp(attnc_prims_get()->isa, "avx512") == 0;
+}
+
+/* AVX512-BF16 (CPUID leaf 7 sub-leaf 1, EAX bit 5): vdpbf16ps */
+static int have_avx512_bf16(void)
+{
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
 }
 
 /* the AVX2 versions are checked directly wherever the CPU can run them,
@@ -758,7 +766,8 @@ static void test_prims_attend_bf16(void **state)
  * splits' row maxima and sums are checked too, to f32's precision. */
 static const char *kv_name(int kv_type)
 {
-  return kv_type == ATTNC_KV_BF16 ? "bf16" : kv_type == ATTNC_KV_F16 ? "f16" : "int8";
+  return kv_type == ATTNC_KV_BF16 ? "bf16" : kv_type == ATTNC_KV_BF16_ROUND ? "bf16, q and p bf16"
+         : kv_type == ATTNC_KV_F16 ? "f16" : "int8";
 }
 
 static int check_attend_kv(const char *isa,
@@ -774,11 +783,18 @@ static int check_attend_kv(const char *isa,
   float *bias = malloc(sizeof(float) * rows * nk), *part = malloc(sizeof(float) * splits * rows * (c + 2));
   float *work = alloc64(attnc_prims_attend_work(rows, c));
   unsigned char *mask = malloc((size_t)nk);
-  double *want = malloc(sizeof(double) * rows * c), worst = 0;
+  double *want = malloc(sizeof(double) * rows * c), worst = 0, p_err = 0;
+  const int bf = kv_type == ATTNC_KV_BF16 || kv_type == ATTNC_KV_BF16_ROUND;
   long n, r, d, sp;
   attnc_tile t;
   reseed(5000000 + (uint64_t)id);
   for (n = 0; n < rows * c; n++) q[n] = frand() * 2;
+  if (kv_type == ATTNC_KV_BF16_ROUND) /* a bf16 kernel's q is bf16: rounding it again changes nothing */
+    for (n = 0; n < rows * c; n++) {
+      unsigned short h;
+      attnc_prims_narrow16_generic(0, &q[n], &h, 1);
+      attnc_prims_widen16_generic(0, &h, &q[n], 1);
+    }
   for (n = 0; n < nk; n++) {
     ksc[n] = 0.004f + 0.02f * (frand() + 1);
     vsc[n] = 0.004f + 0.02f * (frand() + 1);
@@ -795,8 +811,11 @@ static int check_attend_kv(const char *isa,
     vi[n] = (signed char)(long)(frand() * 127);
     a.u = (uint32_t)kb[n] << 16;
     b.u = (uint32_t)vb[n] << 16;
-    kf[n] = kv_type == ATTNC_KV_BF16 ? a.f : (float)ki[n] * ksc[n / ks];
-    vf[n] = kv_type == ATTNC_KV_BF16 ? b.f : (float)vi[n] * vsc[n / ks];
+    kf[n] = bf ? a.f : (float)ki[n] * ksc[n / ks];
+    vf[n] = bf ? b.f : (float)vi[n] * vsc[n / ks];
+    /* BF16_ROUND may round each p to bf16 (2^-8 of it): the output moves
+     * by at most 2^-8 of the largest |v| (the p sum to 1) */
+    if (kv_type == ATTNC_KV_BF16_ROUND && fabs(vf[n]) / 256 > p_err) p_err = fabs(vf[n]) / 256;
     if (kv_type == ATTNC_KV_F16) {
       a.f = frand() * (n % 5 == 0 ? 4e-5f : 2.0f);
       b.f = n % 7 == 0 ? 300.0f + 700.0f * fabsf(frand()) : frand(); /* positive: no cancellation in the sums */
@@ -865,7 +884,7 @@ static int check_attend_kv(const char *isa,
     for (d = 0; d < c; d++) {
       double got = o[r * c + d], w = want[r * c + d], e;
       if (isnan(w) || isnan(got)) e = (isnan(w) && isnan(got)) ? 0 : INFINITY;
-      else e = fabs(got - w) / (1e-5 + 1e-4 * fabs(w));
+      else e = fabs(got - w) / (1e-5 + 1e-4 * fabs(w) + p_err);
       if (e > worst) worst = e;
     }
   if (worst > 1)
@@ -878,10 +897,12 @@ static int check_attend_kv(const char *isa,
 
 static void test_prims_attend_kv(void **state)
 {
-  /* c: one to eight whole 16-lane vectors, 40 and 20 leave the last one part full (20: a part-full 8-lane one) */
-  static const long nks[] = { 1, 63, 65, 1000 }, cs[] = { 16, 20, 40, 64, 128 };
-  static const int kts[] = { ATTNC_KV_BF16, ATTNC_KV_F16, ATTNC_KV_INT8 };
+  /* c: one to eight whole 16-lane vectors, 40 and 20 leave the last one part full (20: a part-full 8-lane one);
+   * 32, 64, 96, 128: one to four whole 32-value chunks (vdpbf16ps: 96 ends on a pass of one chunk) */
+  static const long nks[] = { 1, 63, 65, 1000 }, cs[] = { 16, 20, 32, 40, 64, 96, 128 };
+  static const int kts[] = { ATTNC_KV_BF16, ATTNC_KV_F16, ATTNC_KV_INT8, ATTNC_KV_BF16_ROUND };
   const int avx2 = have_avx2() && __builtin_cpu_supports("f16c"); /* its attend_kv is compiled for F16C */
+  const int dp = have_avx512() && have_avx512_bf16();
   int fails = 0, kt, f;
   long id = 0, rows;
   size_t a, b, i;
@@ -897,9 +918,12 @@ static void test_prims_attend_kv(void **state)
             if (have_avx512())
               fails += !check_attend_kv("avx512", attnc_prims_attend_kv_avx512, kt, rows, cs[b], nks[a], f, id);
             if (avx2) fails += !check_attend_kv("avx2", attnc_prims_attend_kv_avx2, kt, rows, cs[b], nks[a], f, id);
+            /* vdpbf16ps wherever the CPU has it, whether or not the table takes it (AMX parts) */
+            if (dp) fails += !check_attend_kv("avx512-bf16", attnc_prims_attend_kv_bf16dp, kt, rows, cs[b], nks[a], f, id);
           }
   if (!have_avx512()) printf("SKIP avx512 attend_kv: this CPU has no AVX-512 (generic checked)\n");
   if (!avx2) printf("SKIP avx2 attend_kv: this CPU has no AVX2 with F16C (generic checked)\n");
+  if (!dp) printf("SKIP avx512-bf16 attend_kv: this CPU has no AVX512-BF16 (the f32 paths checked)\n");
   assert_int_equal(fails, 0);
 }
 
