@@ -95,8 +95,9 @@ __attribute__((target("avx512f,avx512bf16"))) static float run_bf16(void)
 }
 
 /* vpdpbusd as inline assembly: gcc 12 copies and spills the sums around
- * _mm512_dpbusd_epi32, which halved this loop's reading on a Zen 4 (391
- * GOP/s against 820; runtime/prims_vnni.c says the same of its kernel) */
+ * _mm512_dpbusd_epi32, which made this loop read well under the
+ * instruction's rate (the readings are in the commit that changed it;
+ * runtime/prims_vnni.c says the same of its kernel) */
 __attribute__((target("avx512f,avx512vnni"))) static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b)
 {
   __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));

@@ -1,8 +1,8 @@
 /* AVX512-BF16 without AMX: linear_bf16 and attend_bf16 on vdpbf16ps,
  * which sums two bf16 products into each f32 lane.  On AMD's Zen 4 and
  * Zen 5 it retires as many lanes per cycle as an f32 FMA, so it does
- * twice the arithmetic (build/fma_peak: 460 against 232 GFLOP/s on a
- * 2-vCPU Zen 4); Intel's AMX parts run it at half their FMA rate, and
+ * twice the arithmetic (build/fma_peak measures both; docs/performance.md
+ * has the readings); Intel's AMX parts run it at half their FMA rate, and
  * prims.c takes their tiles there instead.  The same contract as the
  * f32-widening AVX-512 versions (templates/abi.h): x, q, k, v and p may
  * be rounded to bf16, products are summed in f32.  Compiled with
