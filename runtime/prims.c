@@ -523,6 +523,7 @@ static void choose(void)
   table.widen16 = attnc_prims_widen16_generic;
   table.narrow16 = attnc_prims_narrow16_generic;
   table.attend_kv = attnc_prims_attend_kv_generic;
+  table.attend_pack = NULL; /* the kernel copies k and v itself */
   table.matmul = attnc_prims_matmul_generic;
 #if defined(__x86_64__) && defined(__GNUC__)
   /* ATTNC_ISA=generic or =avx2 caps the choice (to test the other paths) */
@@ -563,6 +564,7 @@ static void choose(void)
     }
 #endif
     table.attend = attnc_prims_attend_avx512;
+    table.attend_pack = attnc_prims_attend_pack_avx512;
     table.sigmoid_mul = attnc_prims_sigmoid_mul_avx512;
     table.attend_kv = attnc_prims_attend_kv_avx512;
 #ifndef ATTNC_AVX512_EMU

@@ -162,6 +162,7 @@ void attnc_prims_matmul_generic(long m, long n, long k, const float *a, long a_r
 void attnc_prims_linear_avx512(const float *x, long rows, long x_stride, long n_in, const float *packed, long n_out,
                                const float *b, float *y, long y_stride);
 void attnc_prims_attend_avx512(const attnc_tile *t);
+void attnc_prims_attend_pack_avx512(const attnc_tile *t);
 void attnc_prims_sigmoid_mul_avx512(const float *g, float *o, long n);
 void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
                                   const void *v, const float *v_scale);

@@ -928,7 +928,20 @@ static __m512 add_bias_rows(const float *bias0, const int *BO, long rv, long j0,
   return mx;
 }
 
-INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int whole)
+/* Rows [j0, j1) of a (rows stride floats apart, c floats each) to dst,
+ * row j at dst + j * c (attend_pack's copy). */
+static void pack_rows(const float *a, long stride, float *dst, long j0, long j1, long c)
+{
+  long j, d;
+  for (j = j0; j < j1; j++)
+    for (d = 0; d < c; d += 16) {
+      const __mmask16 m = tail_mask(c - d);
+      _mm512_mask_storeu_ps(dst + j * c + d, m, _mm512_maskz_loadu_ps(m, a + j * stride + d));
+    }
+}
+
+/* pack: also leave k's and v's rows in t->k_pack and t->v_pack (attend_pack) */
+INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int whole, const int pack)
 {
   const long rows = t->rows, c = t->c, cp = round16(c), nv = cp / 16, r16 = round16(rows), nrv = r16 / 16;
   float *O = t->work, *QT = O + r16 * cp, *ST = QT + cp * r16, *M = ST + KT * r16, *L = M + r16, *A = L + r16;
@@ -985,6 +998,15 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
     /* the next tile, asked for by the q.k loop as it goes; after the
      * last one, the next query tile */
     const next_tile nx = attnc_next_tile(t, j0, jmax, 1);
+    const float *kj = t->k + j0 * t->k_stride, *vj = t->v + j0 * t->v_stride;
+    long ks = t->k_stride, vs = t->v_stride;
+    if (pack) { /* the tile's keys and values (the tile before asked for them) into the copy, then read from there */
+      pack_rows(t->k, t->k_stride, t->k_pack, j0, j0 + kt, c);
+      pack_rows(t->v, t->v_stride, t->v_pack, j0, j0 + kt, c);
+      kj = t->k_pack + j0 * c;
+      vj = t->v_pack + j0 * c;
+      ks = vs = c;
+    }
     if (bias_rows && j0 + KT <= jmax) /* the next tile's bias, row by row */
       for (r = 0; r < rows; r++)
         attnc_prefetch_rows(bias0 + BO[r] + j0 + KT, 0, 0, 1, jmax + 1 - (j0 + KT) < KT ? jmax + 1 - (j0 + KT) : KT);
@@ -994,7 +1016,7 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
     if (stale) /* -m, where the q.k kernel starts its sums: in A, as a stale tile needs no alpha */
       for (rv = 0; rv < nrv; rv++) _mm512_store_ps(A + rv * 16, _mm512_sub_ps(_mm512_setzero_ps(), _mm512_load_ps(M + rv * 16)));
     /* 4. scores (5. plus a bias laid out like them, rows contiguous) */
-    (narrow ? qkT_tile4 : qkT_tile6)(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
+    (narrow ? qkT_tile4 : qkT_tile6)(nrv, kt, c, QT, r16, kj, ks, ST, MX,
              bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &nx, stale ? A : NULL, TS, cap2, cap2_inv);
     if (stale) { /* MX holds the largest s - m */
       for (rv = 0; rv < nrv && stale; rv++)
@@ -1004,7 +1026,7 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
           _mm512_store_ps(L + rv * 16, _mm512_add_ps(_mm512_load_ps(L + rv * 16), _mm512_load_ps(TS + rv * 16)));
       } else { /* a score grew too far past its row's max (or is not a number): the scores again */
         const next_tile none = { t->k, t->v, t->k_stride, t->v_stride, 0, c };
-        (narrow ? qkT_tile4 : qkT_tile6)(nrv, kt, c, QT, r16, t->k + j0 * t->k_stride, t->k_stride, ST, MX,
+        (narrow ? qkT_tile4 : qkT_tile6)(nrv, kt, c, QT, r16, kj, ks, ST, MX,
                  bias_cols ? bias0 + j0 * t->bias_j : NULL, t->bias_j, rows, &none, NULL, TS, cap2, cap2_inv);
       }
     }
@@ -1063,8 +1085,14 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
     }
     /* 8. weighted sum: O = alpha O + P V, P[r][j] = ST[j][r] */
     /* (nv as it is: the bounds only tell the compiler which p.v kernels this copy needs) */
-    pv_all(rows, kt, ST, 1, r16, O, cp, stale ? NULL : A, t->v + j0 * t->v_stride, t->v_stride,
-           narrow ? (nv < 2 ? nv : 2) : (nv > 3 ? nv : 3), last);
+    pv_all(rows, kt, ST, 1, r16, O, cp, stale ? NULL : A, vj, vs, narrow ? (nv < 2 ? nv : 2) : (nv > 3 ? nv : 3), last);
+  }
+  if (pack) { /* keys no row of this tile sees (causal, window) are copied all the same, for the tiles after */
+    const long a0 = jmin <= jmax ? jmin : t->k_end, a1 = jmin <= jmax ? jmax + 1 : t->k_end;
+    pack_rows(t->k, t->k_stride, t->k_pack, t->k_begin, a0, c);
+    pack_rows(t->v, t->v_stride, t->v_pack, t->k_begin, a0, c);
+    pack_rows(t->k, t->k_stride, t->k_pack, a1, t->k_end, c);
+    pack_rows(t->v, t->v_stride, t->v_pack, a1, t->k_end, c);
   }
 
   finish_rows(t, O, cp, M, L, ATTNC_LN2);
@@ -1076,10 +1104,14 @@ INLINE void attend_rows_body(const attnc_tile *t, const int narrow, const int wh
  * compiler allocates registers for them alone.  With both widths in one
  * function, one copy's register pressure can push the other's row
  * offsets of P to the stack (see pv_all). */
-static void attend_rows_narrow(const attnc_tile *t) { attend_rows_body(t, 1, 0); }
-static void attend_rows_narrow_whole(const attnc_tile *t) { attend_rows_body(t, 1, 1); }
-static void attend_rows_wide(const attnc_tile *t) { attend_rows_body(t, 0, 0); }
-static void attend_rows_wide_whole(const attnc_tile *t) { attend_rows_body(t, 0, 1); }
+static void attend_rows_narrow(const attnc_tile *t) { attend_rows_body(t, 1, 0, 0); }
+static void attend_rows_narrow_whole(const attnc_tile *t) { attend_rows_body(t, 1, 1, 0); }
+static void attend_rows_wide(const attnc_tile *t) { attend_rows_body(t, 0, 0, 0); }
+static void attend_rows_wide_whole(const attnc_tile *t) { attend_rows_body(t, 0, 1, 0); }
+static void attend_rows_narrow_pack(const attnc_tile *t) { attend_rows_body(t, 1, 0, 1); }
+static void attend_rows_narrow_whole_pack(const attnc_tile *t) { attend_rows_body(t, 1, 1, 1); }
+static void attend_rows_wide_pack(const attnc_tile *t) { attend_rows_body(t, 0, 0, 1); }
+static void attend_rows_wide_whole_pack(const attnc_tile *t) { attend_rows_body(t, 0, 1, 1); }
 
 /* Tiles of up to 8 rows (decoding): one row at a time, scores along the keys. */
 static void attend_cols(const attnc_tile *t)
@@ -1150,6 +1182,25 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
     else attend_rows_wide(t);
   }
   else attend_cols(t);
+}
+
+/* attend, leaving the contiguous copy of k and v (attnc_prims.attend_pack):
+ * the rows path copies each key tile as it comes to it, from lines the
+ * tile before prefetched, so the copy waits on no memory of its own */
+void attnc_prims_attend_pack_avx512(const attnc_tile *t)
+{
+  if (t->rows > 8 && attnc_prims_fits_lanes(t)) {
+    if (t->c <= 32) {
+      if (t->c % 16 == 0) attend_rows_narrow_whole_pack(t);
+      else attend_rows_narrow_pack(t);
+    }
+    else if (t->c % 16 == 0) attend_rows_wide_whole_pack(t);
+    else attend_rows_wide_pack(t);
+  } else { /* a short tile: the copy first, then the tile as it is */
+    pack_rows(t->k, t->k_stride, t->k_pack, t->k_begin, t->k_end, t->c);
+    pack_rows(t->v, t->v_stride, t->v_pack, t->k_begin, t->k_end, t->c);
+    attend_cols(t);
+  }
 }
 
 /* ---- a bf16 or f16 kernel's conversions ---- */

@@ -91,6 +91,10 @@ typedef struct attnc_tile {
   long attn_h, attn_ld; /* attn_ld >= nk: the columns from nk on are written 0 (a KV cache's unfilled positions) */
   unsigned long long seed; /* dropout (spec key dropout, the C loops only): the seed, */
   long batch, head0;       /* the batch element, and the query head of row r % q_group == 0 */
+  /* attend_pack only (others ignore them): where it leaves a contiguous
+   * copy of the keys and values it reads, key j's c floats at k_pack + j * c
+   * and v_pack + j * c, for every j in [k_begin, k_end) */
+  float *k_pack, *v_pack;
 } attnc_tile;
 
 /* Vectorised routines compiled with the library (run-time CPU dispatch). */
@@ -162,6 +166,11 @@ typedef struct attnc_prims {
    * chain of multiply-adds over p in order, so its bits do not depend on m or n (a backward's tiles) */
   void (*matmul)(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb, float *c,
                  long ldc, int acc);
+  /* attend, also copying k's and v's rows into t->k_pack and t->v_pack
+   * (attnc_tile) as it streams them, so that a kernel whose keys are far
+   * apart (layout bshc) gets its contiguous copy of a kv head without a
+   * pass of its own that would wait on memory.  NULL: the kernel copies. */
+  void (*attend_pack)(const attnc_tile *t);
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))

@@ -264,17 +264,26 @@ static int generated_has(const char *spec, const char *needle)
  * and again after k and v change in their bound buffers. */
 static void test_kernels_layout_bshc_is_a_transpose(void **s)
 {
-  static const struct { const char *bhsc, *bshc; long B, H, G, Sq, Sk; } cases[] = {
-    { "mha mode=core q=2,4,S,16 kv=2,2,T,16 causal=bottom_right", "mha mode=core q=2,S,4,16 kv=2,T,2,16 layout=bshc causal=bottom_right", 2, 4, 2, 37, 45 },
-    { "mha mode=core q=1,8,S,32 kv=1,2,T,32", "mha mode=core q=1,S,8,32 kv=1,T,2,32 layout=bshc", 1, 8, 2, 1, 2000 },
+  static const struct { const char *bhsc, *bshc; long B, H, G, Sq, Sk, C; } cases[] = {
+    { "mha mode=core q=2,4,S,16 kv=2,2,T,16 causal=bottom_right", "mha mode=core q=2,S,4,16 kv=2,T,2,16 layout=bshc causal=bottom_right", 2, 4, 2, 37, 45, 16 },
+    { "mha mode=core q=1,8,S,32 kv=1,2,T,32", "mha mode=core q=1,S,8,32 kv=1,T,2,32 layout=bshc", 1, 8, 2, 1, 2000, 32 },
     /* one kv head: a thread's first tile of a run is of the head its last
      * tile of the run before was */
-    { "mha mode=core q=1,2,S,16 kv=1,1,T,16", "mha mode=core q=1,S,2,16 kv=1,T,1,16 layout=bshc", 1, 2, 1, 37, 45 },
+    { "mha mode=core q=1,2,S,16 kv=1,1,T,16", "mha mode=core q=1,S,2,16 kv=1,T,1,16 layout=bshc", 1, 2, 1, 37, 45, 16 },
+    /* several query tiles and key tiles per kv head, a head width that is
+     * not whole vectors: the first tile of a head copies k and v as it
+     * streams them (attend_pack), the keys its rows do not see (causal)
+     * after; the head's other tiles read the copy.  In the second, two
+     * threads' shares split a head after its first tile, so that the
+     * second thread's first tile of it is a short one (6 rows: attend_pack's
+     * other path) */
+    { "mha mode=core q=2,4,S,24 kv=2,2,T,24 causal", "mha mode=core q=2,S,4,24 kv=2,T,2,24 layout=bshc causal", 2, 4, 2, 196, 230, 24 },
+    { "mha mode=core q=1,3,S,64 kv=1,3,T,64 window=70,5", "mha mode=core q=1,S,3,64 kv=1,T,3,64 layout=bshc window=70,5", 1, 3, 3, 70, 333, 64 },
   };
   size_t c;
   (void)s;
   for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    const long B = cases[c].B, H = cases[c].H, G = cases[c].G, Sq = cases[c].Sq, Sk = cases[c].Sk, C = (c == 1 ? 32 : 16);
+    const long B = cases[c].B, H = cases[c].H, G = cases[c].G, Sq = cases[c].Sq, Sk = cases[c].Sk, C = cases[c].C;
     const size_t nq = (size_t)(B * H * Sq * C), nk = (size_t)(B * G * Sk * C);
     float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
     float *qt = malloc(nq * sizeof *q), *kt = malloc(nk * sizeof *k), *vt = malloc(nk * sizeof *v);

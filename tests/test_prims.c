@@ -562,6 +562,9 @@ static void ref_tile(const attnc_tile *t, double *out)
 /* how many times the f32 tolerance an attend may take (attend_bf16: its
  * inputs are made exact in bf16, and p is rounded to bf16) */
 static double attend_tol = 1;
+/* 1: attend is attend_pack, whose copy of k and v (t.k_pack, t.v_pack)
+ * must hold every key of [k_begin, k_end) afterwards, seen by a row or not */
+static int attend_packs = 0;
 
 static int check_attend(const char *isa, void (*attend)(const attnc_tile *), const struct case_ *cs, int key_bias,
                         long id)
@@ -576,6 +579,7 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
   double *want = malloc(sizeof(double) * rows * c), worst = 0;
   int invalid = 0;
   float *work = alloc64(attnc_prims_attend_work(rows, c));
+  float *kp = malloc(sizeof(float) * nk * c), *vp = malloc(sizeof(float) * nk * c);
   attnc_tile t;
   reseed(2000000 + (uint64_t)id * 3 + (uint64_t)key_bias);
   for (n = 0; n < npos * qs; n++) q[n] = frand() * 2;
@@ -606,6 +610,11 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
   t.has_lo = cs->has_lo; t.lo_off = cs->lo_off; t.has_hi = cs->has_hi; t.hi_off = cs->hi_off;
   t.empty_rows = cs->empty;
   t.work = work;
+  if (attend_packs) {
+    for (n = 0; n < nk * c; n++) kp[n] = vp[n] = NAN;
+    t.k_pack = kp;
+    t.v_pack = vp;
+  }
   ref_tile(&t, want);
   /* masked and causal scores are -inf inside the kernels: their
    * exponentials must come out 0 without raising the invalid-operation
@@ -637,11 +646,20 @@ static int check_attend(const char *isa, void (*attend)(const attnc_tile *), con
       else e = fabs(got - w) / (attend_tol * (1e-5 + 1e-4 * fabs(w)));
       if (e > worst) worst = e;
     }
+  if (attend_packs)
+    for (n = 0; n < nk; n++)
+      for (d = 0; d < c; d++)
+        if (memcmp(&kp[n * c + d], &k[n * ks + d], sizeof(float)) || memcmp(&vp[n * c + d], &v[n * ks + d], sizeof(float))) {
+          if (worst <= 1)
+            fprintf(stderr, "attend_pack [%s] rows=%ld c=%ld nk=%ld splits=%ld: key %ld's copy differs at %ld\n", isa, rows, c, nk,
+                    cs->splits, n, d);
+          worst = INFINITY;
+        }
   if (worst > 1)
     fprintf(stderr, "attend [%s%s] rows=%ld group=%ld c=%ld nk=%ld i0=%ld lo=%d:%ld hi=%d:%ld bias=%d mask=%d empty=%d splits=%ld cap=%g: error %.3g of tolerance%s\n",
             isa, key_bias == 2 ? " bias_i=1" : key_bias ? "" : " bias_j=0", rows, cs->group, c, nk, cs->i0, cs->has_lo, cs->lo_off, cs->has_hi, cs->hi_off, cs->bias, cs->mask, cs->empty,
             cs->splits, cs->cap, worst, invalid ? " (raised the invalid-operation flag)" : "");
-  free(q); free(k); free(v); free(bias); free(o); free(part); free(mask); free(want); free(work);
+  free(q); free(k); free(v); free(bias); free(o); free(part); free(mask); free(want); free(work); free(kp); free(vp);
   return worst <= 1;
 }
 
@@ -694,6 +712,11 @@ static void test_prims_attend(void **state)
       fails += !check_attend("generic", attnc_prims_attend_generic, &cases[i], kb, (long)i);
       if (have_avx512()) fails += !check_attend("avx512", attnc_prims_attend_avx512, &cases[i], kb, (long)i);
       if (have_avx2()) fails += !check_attend("avx2", attnc_prims_attend_avx2, &cases[i], kb, (long)i);
+      if (have_avx512()) { /* and attend_pack (layout bshc's first tile of a kv head) */
+        attend_packs = 1;
+        fails += !check_attend("avx512 pack", attnc_prims_attend_pack_avx512, &cases[i], kb, (long)i);
+        attend_packs = 0;
+      }
     }
   if (!have_avx512()) printf("SKIP avx512 attend: this CPU has no AVX-512 (generic checked)\n");
   if (!have_avx2()) printf("SKIP avx2 attend: this CPU has no AVX2 and FMA (generic checked)\n");
