@@ -559,7 +559,10 @@ static void choose(void)
         table.linear_bf16 = attnc_prims_linear_bf16_dp;
         bf16_dp = 1;
       }
-      if (attnc_prims_vnni_ready()) table.linear_q8 = attnc_prims_linear_q8_vnni;
+      if (attnc_prims_vnni_ready()) {
+        table.linear_q8 = attnc_prims_linear_q8_vnni;
+        table.linear_heads_q8 = attnc_prims_linear_heads_q8_vnni;
+      }
     }
 #endif
     table.attend = attnc_prims_attend_avx512;

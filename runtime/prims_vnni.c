@@ -168,13 +168,30 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
   }
 }
 
-/* The weights regrouped once per call (n_out rounded to panels by n_in
- * rounded to 4, into one allocation with a pass's quantised rows), then
- * passes of up to VR rows quantised together, each sweeping every panel
- * in blocks of up to VB rows.  Without memory, or for rows it cannot
- * quantise, the f32 linear_q8. */
-VNNI void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
-                                     const float *b, float *y, long y_stride)
+/* The f32 linear_q8 over the heads [col0, col0 + n_out) spans, as
+ * attnc_prims_linear_heads_q8 does it, but never back into this file. */
+static void heads_f32(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out, const float *b,
+                      float *y, long y_stride, long col0, long head_w, long head_stride)
+{
+  long n = 0;
+  while (n < n_out) {
+    const long a = col0 + n, d = a % head_w, w = n_out - n < head_w - d ? n_out - n : head_w - d;
+    attnc_prims_linear_q8_avx512(x, rows, x_stride, n_in, (const unsigned char *)packed + n / NR * ATTNC_Q8_PANEL(n_in), w,
+                                 b ? b + n : NULL, y + a / head_w * head_stride + d, y_stride);
+    n += w;
+  }
+}
+
+/* linear_heads_q8 (column col0 + n to head (col0 + n) / head_w's block,
+ * head_stride floats from the last; head_w and col0 whole panels): the
+ * weights of every head regrouped once per call (n_out rounded to panels
+ * by n_in rounded to 4, into one allocation with a pass's quantised rows),
+ * then passes of up to VR rows quantised together, each sweeping every
+ * panel of every head in blocks of up to VB rows, so that a row is
+ * quantised once however many heads its outputs go to.  Without memory,
+ * or for rows it cannot quantise, the f32 linear_q8. */
+VNNI static void lin_q8(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out, const float *b,
+                        float *y, long y_stride, long col0, long head_w, long head_stride)
 {
   const long panels = (n_out + NR - 1) / NR, nblk = (rows + VB - 1) / VB, npass = (nblk + 3) / 4, k4n = (n_in + 3) / 4;
   const long gsize = k4n * 128 + 128; /* a regrouped panel: weights, then 32 sums */
@@ -185,7 +202,7 @@ VNNI void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, l
   float sx[VR];
   long pass, p, bk;
   if (n_in > VNNI_MAX_IN || rows < VNNI_MIN_ROWS || n_out <= 0 || posix_memalign(&mem, 64, (size_t)(panels * gsize + VR * xs)) != 0) {
-    attnc_prims_linear_q8_avx512(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
+    heads_f32(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
     return;
   }
   wg = (signed char *)mem;
@@ -196,20 +213,22 @@ VNNI void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, l
     const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
     const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
     if (!quantise(x + pr0 * x_stride, prows, x_stride, n_in, xs, xq, sx)) {
-      attnc_prims_linear_q8_avx512(x + pr0 * x_stride, prows, x_stride, n_in, packed, n_out, b, y + pr0 * y_stride, y_stride);
+      heads_f32(x + pr0 * x_stride, prows, x_stride, n_in, packed, n_out, b, y + pr0 * y_stride, y_stride, col0, head_w,
+                head_stride);
       continue;
     }
     for (p = 0; p < panels; p++) {
       const float *scale = (const float *)((const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in));
-      const long nv = n_out - p * NR;
+      const long nv = n_out - p * NR, a = col0 + p * NR;
       const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
       const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
       const float *bias = b ? b + p * NR : NULL;
       const signed char *wp = wg + p * gsize;
+      float *yp = y + a / head_w * head_stride + a % head_w;
       for (bk = b0; bk < b1; bk++) {
         const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
         const unsigned char *xr = xq + (r0 - pr0) * xs;
-        float *c = y + r0 * y_stride + p * NR;
+        float *c = yp + r0 * y_stride;
 #define LINV_CASE(MR) \
   case MR: lin_vnni_kernel(MR, k4n, xr, xs, wp, sx + (r0 - pr0), scale, c, y_stride, bias, m0, m1); break;
         switch (mr) {
@@ -224,11 +243,29 @@ VNNI void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, l
   free(mem);
 }
 
+/* One head as wide as the panels: every column in y's first block. */
+void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                const float *b, float *y, long y_stride)
+{
+  lin_q8(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, 0, (n_out + NR - 1) / NR * NR, 0);
+}
+
+void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                      const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
+{
+  lin_q8(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
+}
+
 #else
 int attnc_prims_vnni_ready(void) { return 0; }
 void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                 const float *b, float *y, long y_stride)
 {
   attnc_prims_linear_q8_generic(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
+}
+void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                      const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
+{
+  attnc_prims_linear_heads_q8(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
 }
 #endif
