@@ -562,6 +562,7 @@ static void choose(void)
       if (attnc_prims_vnni_ready()) {
         table.linear_q8 = attnc_prims_linear_q8_vnni;
         table.linear_heads_q8 = attnc_prims_linear_heads_q8_vnni;
+        table.q8_by_rows = 1;
       }
     }
 #endif

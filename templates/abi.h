@@ -162,6 +162,11 @@ typedef struct attnc_prims {
    * chain of multiply-adds over p in order, so its bits do not depend on m or n (a backward's tiles) */
   void (*matmul)(long m, long n, long k, const float *a, long a_rs, long a_cs, const float *b, long ldb, float *c,
                  long ldc, int acc);
+  /* 1 when linear_q8 and linear_heads_q8 prepare x afresh at every call
+   * (quantise its rows): a kernel should then project whole rows for all
+   * heads in one call rather than one kv head's columns at a time, which
+   * would prepare each row once per head and projection */
+  int q8_by_rows;
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))
