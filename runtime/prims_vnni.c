@@ -21,7 +21,7 @@
 #include <immintrin.h>
 
 #define NR ATTNC_PACK_NR
-#define VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni")))
+#define VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,prfchw")))
 #define VB 12          /* rows a block: 24 sums, two weight vectors and x's broadcast in registers */
 #define VR (4 * VB)    /* rows quantised at a time (a pass: 4 blocks) */
 #define VNNI_MAX_IN 16384 /* 4096 steps of at most 4 * 255 * 128: within i32 */
@@ -143,6 +143,10 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
   for (i = 0; i < MR; i++) {
     acc0[i] = _mm512_setzero_si512();
     acc1[i] = _mm512_setzero_si512();
+    /* the outputs' lines asked for now, owned by the time the sums are
+     * stored: a projection's outputs are fresh memory, past L2 */
+    __builtin_prefetch(c + i * ldc, 1, 3);
+    __builtin_prefetch(c + i * ldc + 16, 1, 3);
   }
   for (k4 = 0; k4 < k4n; k4++) {
     const __m512i w0 = _mm512_load_si512(wg + k4 * 128), w1 = _mm512_load_si512(wg + k4 * 128 + 64);
