@@ -3,7 +3,7 @@
 #   ab_run REV HARNESS.c ARGS...  builds HARNESS against REV (below) in a
 #                                 temporary folder and runs it with ARGS
 #   ab_build REV HARNESS.c OUT
-# compiles revision REV's prims_avx2.c and prims_avx512.c with REV's
+# compiles revision REV's prims_avx2.c, prims_avx512.c (and prims_vnni.c) with REV's
 # headers, the functions they define renamed from attnc_prims_X to ab_old_X
 # (the helpers they share with prims.c come from this tree), and links them
 # with bench/HARNESS.c and this tree's build/libattnc.a into OUT.
@@ -32,8 +32,18 @@ ab_build() {
     # shellcheck disable=SC2086
     objcopy $ab_ren "$ab_d/old_$ab_f.o"
   done
+  # prims_vnni.c (per-function target attributes: the Makefile's DP flags), renamed
+  # the same way, for ab_linear_q8; a revision without it links none
+  ab_vnni=
+  if [ -f "$ab_d/rev/runtime/prims_vnni.c" ]; then
+    $ab_cc -std=c99 -O3 -falign-functions=64 -falign-loops=32 -D_POSIX_C_SOURCE=200809L -I"$ab_d/rev/runtime" -c -o "$ab_d/old_vnni.o" "$ab_d/rev/runtime/prims_vnni.c"
+    ab_ren=$(nm -g --defined-only "$ab_d/old_vnni.o" | awk '$3 ~ /^attnc_prims_/ { n = $3; sub(/^attnc_prims_/, "ab_old_", n); printf " --redefine-sym %s=%s", $3, n }')
+    # shellcheck disable=SC2086
+    objcopy $ab_ren "$ab_d/old_vnni.o"
+    ab_vnni=$ab_d/old_vnni.o
+  fi
   $ab_cc -std=c99 -O2 -D_POSIX_C_SOURCE=200809L -I"$ab_top/runtime" -I/usr/include/lua5.4 -o "$ab_out" \
-    "$ab_top/bench/$ab_harness" "$ab_d/old_avx2.o" "$ab_d/old_avx512.o" "$ab_top/build/libattnc.a" -llua5.4 -ltcc -ldl -lm -lpthread
+    "$ab_top/bench/$ab_harness" "$ab_d/old_avx2.o" "$ab_d/old_avx512.o" $ab_vnni "$ab_top/build/libattnc.a" -llua5.4 -ltcc -ldl -lm -lpthread
 }
 
 ab_run() {

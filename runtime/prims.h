@@ -191,6 +191,9 @@ void attnc_prims_attend_bf16_dp(const attnc_tile *t);
 int attnc_prims_vnni_ready(void);
 void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                 const float *b, float *y, long y_stride);
+/* linear_heads_q8 quantising each row of x once for all its heads */
+void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                      const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
 void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                const float *b, float *y, long y_stride);
 void attnc_prims_linear_bf16_avx2(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,

@@ -308,9 +308,11 @@ static void test_prims_linear_q8(void **state)
         }
     free(packed);
   }
-  { /* linear_heads_q8: 96 columns from col0 32 as heads of 64, each head's block 1000 floats apart */
-    const long rows = 5, n_in = 40, n_out = 96, col0 = 32, hw = 64, hs = 1000;
-    float x[5 * 40], y[5 * 3000], yl[5 * 96], scale[128], b[128];
+  { /* linear_heads_q8: 96 columns from col0 32 as heads of 64, each head's block 3000 floats apart; 40
+     * rows, enough for the dot-product paths (which quantise each row once for all its heads) */
+    const long rows = 40, n_in = 40, n_out = 96, col0 = 32, hw = 64, hs = 3000;
+    static float x[40 * 40], y[3 * 3000], yl[40 * 96];
+    float scale[128], b[128];
     signed char q[128 * 40];
     void *packed = NULL;
     long i, r, n;
@@ -319,7 +321,7 @@ static void test_prims_linear_q8(void **state)
     for (i = 0; i < rows * n_in; i++) x[i] = frand();
     for (i = 0; i < 128 * n_in; i++) q[i] = (signed char)(frand() * 127);
     for (i = 0; i < 128; i++) { scale[i] = 0.01f + 0.001f * (float)i; b[i] = frand(); }
-    for (i = 0; i < 5 * 3000; i++) y[i] = 0;
+    for (i = 0; i < 3 * 3000; i++) y[i] = 0;
     attnc_prims_pack_q8(q, scale, 128, n_in, packed);
     /* the whole weight's columns col0.. as one plain product, then by heads */
     P->linear_q8(x, rows, n_in, n_in, (const unsigned char *)packed + ATTNC_Q8_PANEL(n_in), n_out, b + col0, yl, n_out);
