@@ -36,7 +36,7 @@ int main(int argc, char **argv)
   int reps, r, n;
   float *x, *sc, *b, *y[2];
   signed char *q;
-  void *packed = NULL, *old_packed = NULL;
+  void *packed = NULL;
   double flops, diff = 0;
   char extra[64];
   if (argc < 5 || argc > 7) {
@@ -66,15 +66,6 @@ int main(int argc, char **argv)
   for (i = 0; i < n_out * n_in; i++) q[i] = (signed char)((i * 7919 + 13) % 255 - 127);
   for (i = 0; i < n_out; i++) sc[i] = 0.01f + 0.001f * (float)(i % 7);
   attnc_prims_pack_q8(q, sc, n_out, n_in, packed);
-  /* the other side's panels: the k-major part alone, ATTNC_Q8_KMAJOR
-   * bytes apart, as revisions before the grouped copy packed them */
-  if (posix_memalign(&old_packed, 64, (size_t)((n_out + 31) / 32 * ATTNC_Q8_KMAJOR(n_in))) != 0) {
-    fprintf(stderr, "ab_linear_q8: out of memory\n");
-    return 1;
-  }
-  for (i = 0; i < (n_out + 31) / 32; i++)
-    memcpy((unsigned char *)old_packed + i * ATTNC_Q8_KMAJOR(n_in), (const unsigned char *)packed + i * ATTNC_Q8_PANEL(n_in),
-           (size_t)ATTNC_Q8_KMAJOR(n_in));
   for (r = -2; r < reps; r++) /* two warm-ups */
     for (n = 0; n < 2; n++) {
       const int w = AB_SIDE(r, n);
@@ -85,12 +76,12 @@ int main(int argc, char **argv)
       const double a = now();
       if (!head_w) {
         if (w) attnc_prims_linear_q8_vnni(xc, rows, n_in, n_in, packed, n_out, b, yc, n_out);
-        else ab_old_linear_q8_vnni(xc, rows, n_in, n_in, old_packed, n_out, b, yc, n_out);
+        else ab_old_linear_q8_vnni(xc, rows, n_in, n_in, packed, n_out, b, yc, n_out);
       } else if (w) {
         attnc_prims_linear_heads_q8_vnni(xc, rows, n_in, n_in, packed, n_out, b, yc, head_w, 0, head_w, rows * head_w);
       } else {
         for (k = 0; k < n_out; k += head_w)
-          ab_old_linear_q8_vnni(xc, rows, n_in, n_in, (const unsigned char *)old_packed + k / 32 * ATTNC_Q8_KMAJOR(n_in), head_w,
+          ab_old_linear_q8_vnni(xc, rows, n_in, n_in, (const unsigned char *)packed + k / 32 * ATTNC_Q8_PANEL(n_in), head_w,
                                 b + k, yc + k / head_w * rows * head_w, head_w);
       }
       if (r >= 0) t[w][r] = now() - a;

@@ -311,18 +311,6 @@ void attnc_prims_pack_q8(const signed char *q, const float *scale, long n_out, l
         const long n = p * ATTNC_PACK_NR + j;
         w[k * ATTNC_PACK_NR + j] = n < n_out ? q[n * n_in + k] : 0;
       }
-    { /* grouped by 4 inputs: input 4 k4 + t of output j at k4 * 128 + j * 4 + t; then the sums */
-      signed char *g = (signed char *)(panel + ATTNC_Q8_KMAJOR(n_in));
-      const long k4n = (n_in + 3) / 4;
-      int sum[ATTNC_PACK_NR] = { 0 };
-      for (k = 0; k < 4 * k4n; k++)
-        for (j = 0; j < ATTNC_PACK_NR; j++) {
-          const signed char v = k < n_in ? w[k * ATTNC_PACK_NR + j] : 0;
-          g[k / 4 * 4 * ATTNC_PACK_NR + j * 4 + k % 4] = v;
-          sum[j] += v;
-        }
-      memcpy(g + k4n * 4 * ATTNC_PACK_NR, sum, sizeof sum);
-    }
   }
 }
 

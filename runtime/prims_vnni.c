@@ -25,8 +25,10 @@
 #define VB 12          /* rows a block: 24 sums, two weight vectors and x's broadcast in registers */
 #define VR (4 * VB)    /* rows quantised at a time (a pass: 4 blocks) */
 #define VNNI_MAX_IN 16384 /* 4096 steps of at most 4 * 255 * 128: within i32 */
-/* Fewer rows go to the f32 linear_q8 (a decoding step's row reads each
- * weight once either way) */
+/* Fewer rows go to the f32 linear_q8: the weights are regrouped at every
+ * call (one pass over them, about 12 instructions a 128 bytes), which 32
+ * rows' products repay several times over; a decoding step's 1 row reads
+ * each weight once, and the f32 path reads it once too */
 #define VNNI_MIN_ROWS 32
 
 /* CPUID leaf 7: AVX512-VNNI (ECX bit 11), with the AVX-512 subsets used */
@@ -37,6 +39,43 @@ int attnc_prims_vnni_ready(void)
       !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
     return 0;
   return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((c >> 11) & 1);
+}
+
+/* A panel's weights (k-major, 32 outputs a k) regrouped for vpdpbusd: for
+ * each 4 inputs k4, the 32 outputs' 4 weights side by side (outputs 0-15
+ * in the first 64 bytes), zero past n_in; then the 32 weight sums (i32). */
+VNNI static void regroup(const signed char *wq, long n_in, long k4n, signed char *out)
+{
+  long k4, k;
+  int *sum = (int *)(out + k4n * 128);
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (k4 = 0; k4 < k4n; k4++) {
+    __m256i r[4], ab_lo, ab_hi, cd_lo, cd_hi, q0, q1, q2, q3;
+    for (k = 0; k < 4; k++)
+      r[k] = 4 * k4 + k < n_in ? _mm256_loadu_si256((const __m256i *)(wq + (4 * k4 + k) * NR)) : _mm256_setzero_si256();
+    /* bytes of inputs 4k4..4k4+3 for each output, side by side */
+    ab_lo = _mm256_unpacklo_epi8(r[0], r[1]);
+    ab_hi = _mm256_unpackhi_epi8(r[0], r[1]);
+    cd_lo = _mm256_unpacklo_epi8(r[2], r[3]);
+    cd_hi = _mm256_unpackhi_epi8(r[2], r[3]);
+    q0 = _mm256_unpacklo_epi16(ab_lo, cd_lo); /* outputs 0-3 | 16-19 */
+    q1 = _mm256_unpackhi_epi16(ab_lo, cd_lo); /* 4-7 | 20-23 */
+    q2 = _mm256_unpacklo_epi16(ab_hi, cd_hi); /* 8-11 | 24-27 */
+    q3 = _mm256_unpackhi_epi16(ab_hi, cd_hi); /* 12-15 | 28-31 */
+    {
+      const __m512i w0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(q0, q1, 0x20)),
+                                            _mm256_permute2x128_si256(q2, q3, 0x20), 1);
+      const __m512i w1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(q0, q1, 0x31)),
+                                            _mm256_permute2x128_si256(q2, q3, 0x31), 1);
+      _mm512_store_si512(out + k4 * 128, w0);
+      _mm512_store_si512(out + k4 * 128 + 64, w1);
+      s0 = _mm512_dpbusd_epi32(s0, ones, w0);
+      s1 = _mm512_dpbusd_epi32(s1, ones, w1);
+    }
+  }
+  _mm512_storeu_si512(sum, s0);
+  _mm512_storeu_si512(sum + 16, s1);
 }
 
 /* rows of x (n_in each) to u8 rows xs apart (xq + 128; 128 from n_in to
@@ -92,7 +131,7 @@ VNNI static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __
 }
 
 /* c (MR rows by 32 outputs, m0 and m1 the live ones) = MR rows of xq (xs
- * bytes apart) times the panel's grouped weights wg, scaled and biased as the file says */
+ * bytes apart) times the regrouped panel wg, scaled and biased as the file says */
 VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int MR, long k4n, const unsigned char *xq, long xs,
                                                                          const signed char *wg, const float *sx, const float *scale,
                                                                          float *c, long ldc, const float *bias, __mmask16 m0,
@@ -148,26 +187,32 @@ static void heads_f32(const float *x, long rows, long x_stride, long n_in, const
 }
 
 /* linear_heads_q8 (column col0 + n to head (col0 + n) / head_w's block,
- * head_stride floats from the last; head_w and col0 whole panels): passes
- * of up to VR rows quantised together, each sweeping every panel of every
- * head (its weights as the runtime grouped them by 4 inputs, see
- * ATTNC_Q8_PANEL) in blocks of up to VB rows, so that a row is quantised
- * once however many heads its outputs go to.  Without memory for the
- * quantised rows, or for rows it cannot quantise, the f32 linear_q8. */
+ * head_stride floats from the last; head_w and col0 whole panels): the
+ * weights of every head regrouped once per call (n_out rounded to panels
+ * by n_in rounded to 4, into one allocation with a pass's quantised rows),
+ * then passes of up to VR rows quantised together, each sweeping every
+ * panel of every head in blocks of up to VB rows, so that a row is
+ * quantised once however many heads its outputs go to.  Without memory,
+ * or for rows it cannot quantise, the f32 linear_q8. */
 VNNI static void lin_q8(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out, const float *b,
                         float *y, long y_stride, long col0, long head_w, long head_stride)
 {
   const long panels = (n_out + NR - 1) / NR, nblk = (rows + VB - 1) / VB, npass = (nblk + 3) / 4, k4n = (n_in + 3) / 4;
+  const long gsize = k4n * 128 + 128; /* a regrouped panel: weights, then 32 sums */
   const long xs = (k4n * 4 + 15) / 16 * 16; /* bytes from one quantised row to the next */
   void *mem = NULL;
+  signed char *wg;
   unsigned char *xq;
   float sx[VR];
   long pass, p, bk;
-  if (n_in > VNNI_MAX_IN || rows < VNNI_MIN_ROWS || n_out <= 0 || posix_memalign(&mem, 64, (size_t)(VR * xs)) != 0) {
+  if (n_in > VNNI_MAX_IN || rows < VNNI_MIN_ROWS || n_out <= 0 || posix_memalign(&mem, 64, (size_t)(panels * gsize + VR * xs)) != 0) {
     heads_f32(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
     return;
   }
-  xq = (unsigned char *)mem;
+  wg = (signed char *)mem;
+  xq = (unsigned char *)(wg + panels * gsize);
+  for (p = 0; p < panels; p++)
+    regroup((const signed char *)packed + p * ATTNC_Q8_PANEL(n_in) + NR * sizeof(float), n_in, k4n, wg + p * gsize);
   for (pass = 0; pass < npass; pass++) {
     const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
     const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
@@ -182,7 +227,7 @@ VNNI static void lin_q8(const float *x, long rows, long x_stride, long n_in, con
       const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
       const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
       const float *bias = b ? b + p * NR : NULL;
-      const signed char *wp = (const signed char *)packed + p * ATTNC_Q8_PANEL(n_in) + ATTNC_Q8_KMAJOR(n_in);
+      const signed char *wp = wg + p * gsize;
       float *yp = y + a / head_w * head_stride + a % head_w;
       for (bk = b0; bk < b1; bk++) {
         const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;

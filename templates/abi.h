@@ -123,8 +123,7 @@ typedef struct attnc_prims {
    * weights=int8): W as I8 rows with one f32 scale each (w = q * scale),
    * packed by the runtime in panels of 32 outputs, panel p at p *
    * ATTNC_Q8_PANEL(n_in) bytes: its 32 scales, then for each k its 32
-   * outputs' int8 weights side by side (zero past n_out), then the same
-   * weights grouped by 4 inputs (ATTNC_Q8_PANEL says how).  Columns n0 on
+   * outputs' int8 weights side by side (zero past n_out).  Columns n0 on
    * (n0 a multiple of 32) start at panel n0 / 32. */
   void (*linear_q8)(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                     const float *b, float *y, long y_stride);
@@ -180,13 +179,8 @@ typedef struct attnc_prims {
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))
-/* bytes of one int8 panel (linear_q8): 32 f32 scales and 32 x n_in int8, whole cache lines
- * (ATTNC_Q8_KMAJOR), then the same weights grouped for the dot-product instructions: for each
- * 4 inputs (n_in rounded up to 4, zero past it) the 32 outputs' 4 weights side by side, then
- * the 32 outputs' weight sums (i32).  The runtime packs both once, so that the AVX512-VNNI
- * linear_q8 does not regroup the weights at every call; the other paths read the first part */
-#define ATTNC_Q8_KMAJOR(n_in) ((32L * 4 + 32L * (n_in) + 63) / 64 * 64)
-#define ATTNC_Q8_PANEL(n_in) (ATTNC_Q8_KMAJOR(n_in) + 128L * (((n_in) + 3) / 4) + 128)
+/* bytes of one int8 panel (linear_q8): 32 f32 scales and 32 x n_in int8, whole cache lines */
+#define ATTNC_Q8_PANEL(n_in) ((32L * 4 + 32L * (n_in) + 63) / 64 * 64)
 
 typedef struct attnc_args {
   const long *dims;                     /* sizes of the named dims, in NAME_dim_names order */
