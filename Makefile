@@ -114,6 +114,7 @@ $(B)/obj/prims_avx2.o: CFLAGS += $(AVX2_FLAGS)
 # in target attributes, and are only reached after prims.c found AMX-BF16
 # and the kernel's permission, AVX512-BF16 or AVX512-VNNI
 DP_OBJ := $(B)/obj/prims_amx.o $(B)/obj/prims_bf16.o $(B)/obj/prims_vnni.o
+# (bench/ab_build.sh reads the next line for REV's prims_vnni.c)
 $(DP_OBJ): CFLAGS += -O3 -falign-functions=64 -falign-loops=32
 $(B)/obj/prims_amx.o $(B)/obj/prims_bf16.o: runtime/prims_bf16.h
 $(B)/obj/prims.o $(B)/obj/prims_avx512.o $(B)/obj/prims_avx2.o $(DP_OBJ) $(B)/obj/run.o: runtime/prims.h

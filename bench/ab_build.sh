@@ -32,11 +32,14 @@ ab_build() {
     # shellcheck disable=SC2086
     objcopy $ab_ren "$ab_d/old_$ab_f.o"
   done
-  # prims_vnni.c (per-function target attributes: the Makefile's DP flags), renamed
+  # prims_vnni.c (per-function target attributes: the Makefile's DP_OBJ flags), renamed
   # the same way, for ab_linear_q8; a revision without it links none
   ab_vnni=
   if [ -f "$ab_d/rev/runtime/prims_vnni.c" ]; then
-    $ab_cc -std=c99 -O3 -falign-functions=64 -falign-loops=32 -D_POSIX_C_SOURCE=200809L -I"$ab_d/rev/runtime" -c -o "$ab_d/old_vnni.o" "$ab_d/rev/runtime/prims_vnni.c"
+    ab_dp=$(sed -n 's/^$(DP_OBJ): CFLAGS += //p' "$ab_top/Makefile")
+    [ -n "$ab_dp" ] || { echo "$(basename "$0"): no '$(DP_OBJ): CFLAGS +=' line in $ab_top/Makefile" >&2; exit 1; }
+    # shellcheck disable=SC2086
+    $ab_cc -std=c99 $ab_dp -D_POSIX_C_SOURCE=200809L -I"$ab_d/rev/runtime" -c -o "$ab_d/old_vnni.o" "$ab_d/rev/runtime/prims_vnni.c"
     ab_ren=$(nm -g --defined-only "$ab_d/old_vnni.o" | awk '$3 ~ /^attnc_prims_/ { n = $3; sub(/^attnc_prims_/, "ab_old_", n); printf " --redefine-sym %s=%s", $3, n }')
     # shellcheck disable=SC2086
     objcopy $ab_ren "$ab_d/old_vnni.o"
