@@ -28,6 +28,8 @@
 /* the other revision's, renamed by ab_build.sh */
 void ab_old_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                            const float *b, float *y, long y_stride);
+/* its packing, where it has its own (weak: an older one reads attnc_prims_pack_q8's panels) */
+void ab_old_pack_q8_vnni(const signed char *q, const float *scale, long n_out, long n_in, void *packed) __attribute__((weak));
 
 int main(int argc, char **argv)
 {
@@ -36,7 +38,7 @@ int main(int argc, char **argv)
   int reps, r, n;
   float *x, *sc, *b, *y[2];
   signed char *q;
-  void *packed = NULL;
+  void *packed = NULL, *packed_old = NULL; /* as each side packs its weights */
   double flops, diff = 0;
   char extra[64];
   if (argc < 5 || argc > 7) {
@@ -58,14 +60,17 @@ int main(int argc, char **argv)
   x = floats(rows * n_in * copies, 1), sc = floats(n_out, 2), b = floats(n_out, 3);
   y[0] = floats(rows * n_out * copies, 5), y[1] = floats(rows * n_out * copies, 6);
   q = malloc((size_t)(n_out * n_in));
-  if (!q || posix_memalign(&packed, 64, (size_t)attnc_prims_pack_q8_size(n_out, n_in)) != 0) {
+  if (!q || posix_memalign(&packed, 64, (size_t)attnc_prims_pack_q8_size(n_out, n_in)) != 0 ||
+      posix_memalign(&packed_old, 64, (size_t)attnc_prims_pack_q8_size(n_out, n_in)) != 0) {
     fprintf(stderr, "ab_linear_q8: out of memory\n");
     return 1;
   }
   for (i = 1; i < copies; i++) memcpy(x + i * rows * n_in, x, sizeof(float) * (size_t)(rows * n_in));
   for (i = 0; i < n_out * n_in; i++) q[i] = (signed char)((i * 7919 + 13) % 255 - 127);
   for (i = 0; i < n_out; i++) sc[i] = 0.01f + 0.001f * (float)(i % 7);
-  attnc_prims_pack_q8(q, sc, n_out, n_in, packed);
+  attnc_prims_pack_q8_vnni(q, sc, n_out, n_in, packed);
+  if (ab_old_pack_q8_vnni) ab_old_pack_q8_vnni(q, sc, n_out, n_in, packed_old);
+  else attnc_prims_pack_q8(q, sc, n_out, n_in, packed_old);
   for (r = -2; r < reps; r++) /* two warm-ups */
     for (n = 0; n < 2; n++) {
       const int w = AB_SIDE(r, n);
@@ -76,12 +81,12 @@ int main(int argc, char **argv)
       const double a = now();
       if (!head_w) {
         if (w) attnc_prims_linear_q8_vnni(xc, rows, n_in, n_in, packed, n_out, b, yc, n_out);
-        else ab_old_linear_q8_vnni(xc, rows, n_in, n_in, packed, n_out, b, yc, n_out);
+        else ab_old_linear_q8_vnni(xc, rows, n_in, n_in, packed_old, n_out, b, yc, n_out);
       } else if (w) {
         attnc_prims_linear_heads_q8_vnni(xc, rows, n_in, n_in, packed, n_out, b, yc, head_w, 0, head_w, rows * head_w);
       } else {
         for (k = 0; k < n_out; k += head_w)
-          ab_old_linear_q8_vnni(xc, rows, n_in, n_in, (const unsigned char *)packed + k / 32 * ATTNC_Q8_PANEL(n_in), head_w,
+          ab_old_linear_q8_vnni(xc, rows, n_in, n_in, (const unsigned char *)packed_old + k / 32 * ATTNC_Q8_PANEL(n_in), head_w,
                                 b + k, yc + k / head_w * rows * head_w, head_w);
       }
       if (r >= 0) t[w][r] = now() - a;

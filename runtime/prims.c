@@ -517,6 +517,7 @@ static void choose(void)
   table.pack_size = attnc_prims_pack_size;
   table.pack = attnc_prims_pack;
   table.linear_q8 = attnc_prims_linear_q8_generic;
+  table.pack_q8 = attnc_prims_pack_q8;
   table.linear_heads_q8 = attnc_prims_linear_heads_q8;
   table.linear_bf16 = attnc_prims_linear_bf16_generic;
   table.linear_heads_bf16 = attnc_prims_linear_heads_bf16;
@@ -564,6 +565,7 @@ static void choose(void)
         table.linear_q8 = attnc_prims_linear_q8_vnni;
         table.linear_heads_q8 = attnc_prims_linear_heads_q8_vnni;
         table.q8_by_rows = 1;
+        table.pack_q8 = attnc_prims_pack_q8_vnni;
       }
     }
 #endif

@@ -191,6 +191,12 @@ void attnc_prims_attend_bf16_dp(const attnc_tile *t);
 int attnc_prims_vnni_ready(void);
 void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                 const float *b, float *y, long y_stride);
+/* linear_q8_vnni's packing (the table's pack_q8 with it): panels of
+ * ATTNC_Q8_PANEL(n_in) bytes, each its 32 scales, then, when n_in is a
+ * multiple of 4 up to 16384, the weights + 128 regrouped for vpdpbusd
+ * (for each 4 inputs, the 32 outputs' 4 weights side by side); other
+ * widths as attnc_prims_pack_q8 */
+void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_out, long n_in, void *packed);
 /* linear_heads_q8 quantising each row of x once for all its heads */
 void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                       const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);

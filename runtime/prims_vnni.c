@@ -2,14 +2,19 @@
  * sums four u8 x s8 products into each i32 lane: four times the lanes of
  * an f32 FMA per instruction.  Each row of x is quantised on the fly, as
  * PyTorch's dynamic quantisation does (per row here, not per tensor):
- * s = max|x| / 127, xq = round(x / s) in -127..127, stored as xq + 128
- * (vpdpbusd's unsigned operand), and the 128 taken back out through each
- * output's weight sum.  So y = s * scale[n] * (acc - 128 colsum[n]) + b,
- * within s / 2 * sum_k |w[n][k]| of the exact product: DESIGN.md lets
- * weights=int8 choose how activations meet the weights within its bound.
- * A row that is not finite, fewer than 32 rows, or an n_in past 16384
- * (where i32 sums could overflow) go to the f32 linear_q8.  Compiled with per-function target
- * attributes, so the file builds anywhere. */
+ * s = max|x| / 127, xq = round(x / s) in -127..127 (vpdpbusd's signed
+ * operand).  The weights are its unsigned operand, stored as w + 128, and
+ * the 128 is taken back out through each row's sum of xq.  So y = s *
+ * scale[n] * (acc - 128 sum(xq)) + b, within s / 2 * sum_k |w[n][k]| of
+ * the exact product: DESIGN.md lets weights=int8 choose how activations
+ * meet the weights within its bound.
+ * The weights come regrouped for vpdpbusd (attnc_prims_pack_q8_vnni) when
+ * n_in is a multiple of 4 up to 16384 (where i32 sums could overflow);
+ * other widths are regrouped at each call, from attnc_prims_pack_q8's
+ * panels.  A row that is not finite goes to f32 arithmetic, as do fewer
+ * than 32 rows of weights regrouped at each call, and n_in past 16384.
+ * Compiled with per-function target attributes, so the file builds
+ * anywhere. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,10 +30,10 @@
 #define VB 12          /* rows a block: 24 sums, two weight vectors and x's broadcast in registers */
 #define VR (4 * VB)    /* rows quantised at a time (a pass: 4 blocks) */
 #define VNNI_MAX_IN 16384 /* 4096 steps of at most 4 * 255 * 128: within i32 */
-/* Fewer rows go to the f32 linear_q8: the weights are regrouped at every
- * call (one pass over them, about 12 instructions a 128 bytes), which 32
- * rows' products repay several times over; a decoding step's 1 row reads
- * each weight once, and the f32 path reads it once too */
+/* Fewer rows of weights regrouped at each call go to the f32 linear_q8:
+ * the regrouping (one pass over the weights, about 12 instructions a 128
+ * bytes) is repaid several times over by 32 rows' products, not by a
+ * decoding step's 1 row, which reads each weight once either way */
 #define VNNI_MIN_ROWS 32
 
 /* CPUID leaf 7: AVX512-VNNI (ECX bit 11), with the AVX-512 subsets used */
@@ -41,15 +46,50 @@ int attnc_prims_vnni_ready(void)
   return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((c >> 11) & 1);
 }
 
-/* A panel's weights (k-major, 32 outputs a k) regrouped for vpdpbusd: for
- * each 4 inputs k4, the 32 outputs' 4 weights side by side (outputs 0-15
- * in the first 64 bytes), zero past n_in; then the 32 weight sums (i32). */
-VNNI static void regroup(const signed char *wq, long n_in, long k4n, signed char *out)
+/* 1 when attnc_prims_pack_q8_vnni regroups an n_in-wide weight at bind
+ * time: its 32 scales and the regrouped panel (128 bytes a 4 inputs) then
+ * fill no more than ATTNC_Q8_PANEL(n_in), the offsets kernels compute */
+static int grouped(long n_in)
+{
+  return n_in > 0 && n_in % 4 == 0 && n_in <= VNNI_MAX_IN;
+}
+
+/* Where output o (0..31) of a regrouped panel keeps its 4 weights of one
+ * group of 4 inputs: outputs 0-15 in the group's first 64 bytes, 16-31 in
+ * the next, 4 bytes each (one i32 lane of vpdpbusd) */
+static long lane_at(long o)
+{
+  return o < 16 ? 4 * o : 64 + 4 * (o - 16);
+}
+
+void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_out, long n_in, void *packed)
+{
+  const long panels = (n_out + NR - 1) / NR;
+  long p, k, j;
+  if (!grouped(n_in)) {
+    attnc_prims_pack_q8(q, scale, n_out, n_in, packed);
+    return;
+  }
+  for (p = 0; p < panels; p++) {
+    unsigned char *panel = (unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in), *wg = panel + NR * sizeof(float);
+    float sc[NR];
+    for (j = 0; j < NR; j++) sc[j] = p * NR + j < n_out ? scale[p * NR + j] : 0.0f;
+    memcpy(panel, sc, sizeof sc);
+    memset(wg, 128, (size_t)(ATTNC_Q8_PANEL(n_in) - (long)sizeof sc)); /* weight 0 past n_out */
+    for (j = 0; j < NR && p * NR + j < n_out; j++)
+      for (k = 0; k < n_in; k++)
+        wg[k / 4 * 128 + lane_at(j) + k % 4] = (unsigned char)(q[(p * NR + j) * n_in + k] + 128);
+  }
+}
+
+/* A panel's weights (k-major, 32 outputs a k) regrouped for vpdpbusd as
+ * attnc_prims_pack_q8_vnni does at bind time (w + 128, for each 4 inputs
+ * k4 the 32 outputs' 4 weights side by side, weight 0 past n_in), for the
+ * widths it leaves as they are. */
+VNNI static void regroup(const signed char *wq, long n_in, long k4n, unsigned char *out)
 {
   long k4, k;
-  int *sum = (int *)(out + k4n * 128);
-  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i bias = _mm512_set1_epi8((char)0x80);
   for (k4 = 0; k4 < k4n; k4++) {
     __m256i r[4], ab_lo, ab_hi, cd_lo, cd_hi, q0, q1, q2, q3;
     for (k = 0; k < 4; k++)
@@ -68,32 +108,30 @@ VNNI static void regroup(const signed char *wq, long n_in, long k4n, signed char
                                             _mm256_permute2x128_si256(q2, q3, 0x20), 1);
       const __m512i w1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(q0, q1, 0x31)),
                                             _mm256_permute2x128_si256(q2, q3, 0x31), 1);
-      _mm512_store_si512(out + k4 * 128, w0);
-      _mm512_store_si512(out + k4 * 128 + 64, w1);
-      s0 = _mm512_dpbusd_epi32(s0, ones, w0);
-      s1 = _mm512_dpbusd_epi32(s1, ones, w1);
+      /* + 128 is the top bit flipped */
+      _mm512_store_si512(out + k4 * 128, _mm512_xor_si512(w0, bias));
+      _mm512_store_si512(out + k4 * 128 + 64, _mm512_xor_si512(w1, bias));
     }
   }
-  _mm512_storeu_si512(sum, s0);
-  _mm512_storeu_si512(sum + 16, s1);
 }
 
-/* rows of x (n_in each) to u8 rows xs apart (xq + 128; 128 from n_in to
- * xs, a multiple of 16) and their scales; 0 if a row is not finite.  A
- * NaN or an infinity shows in the row's sum (which, for finite values,
- * can only overflow past 3e38 times n_in / 16 and send a row that could
- * be quantised to the f32 path, which is still right).  No clamp: |x| <=
- * max|x| puts x * 127 / max|x| within a rounding of 127, and it rounds
- * to 127 at most. */
-VNNI static int quantise(const float *x, long rows, long x_stride, long n_in, long xs, unsigned char *xq, float *sx)
+/* rows of x (n_in each) to s8 rows xs apart (0 from n_in to xs, a
+ * multiple of 16), their scales and 128 times their sums; 0 if a row is
+ * not finite.  A NaN or an infinity shows in the row's sum (which, for
+ * finite values, can only overflow past 3e38 times n_in / 16 and send a
+ * row that could be quantised to the f32 path, which is still right).
+ * No clamp: |x| <= max|x| puts x * 127 / max|x| within a rounding of
+ * 127, and it rounds to 127 at most. */
+VNNI static int quantise(const float *x, long rows, long x_stride, long n_in, long xs, signed char *xq, float *sx, int *xz)
 {
   const long n16 = n_in / 16 * 16;
   const __mmask16 tail = (__mmask16)((1u << (n_in - n16)) - 1u);
   long r, k;
   for (r = 0; r < rows; r++) {
     const float *xr = x + r * x_stride;
-    unsigned char *d = xq + r * xs;
+    signed char *d = xq + r * xs;
     __m512 mx0 = _mm512_setzero_ps(), mx1 = _mm512_setzero_ps(), sum = _mm512_setzero_ps(), inv, v;
+    __m512i isum = _mm512_setzero_si512();
     float amax, total;
     for (k = 0; k + 32 <= n16; k += 32) {
       const __m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xr + k + 16);
@@ -112,10 +150,12 @@ VNNI static int quantise(const float *x, long rows, long x_stride, long n_in, lo
     sx[r] = amax > 0 ? amax / 127.0f : 1.0f;
     inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
     for (k = 0; k < xs; k += 16) {
-      v = k < n16 ? _mm512_loadu_ps(xr + k) : _mm512_maskz_loadu_ps(k < n_in ? tail : (__mmask16)0, xr + k);
-      _mm_storeu_si128((__m128i *)(d + k),
-                       _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, inv)), _mm512_set1_epi32(128))));
+      const __m512i q = _mm512_cvtps_epi32(
+          _mm512_mul_ps(k < n16 ? _mm512_loadu_ps(xr + k) : _mm512_maskz_loadu_ps(k < n_in ? tail : (__mmask16)0, xr + k), inv));
+      isum = _mm512_add_epi32(isum, q);
+      _mm_storeu_si128((__m128i *)(d + k), _mm512_cvtepi32_epi8(q));
     }
+    xz[r] = 128 * _mm512_reduce_add_epi32(isum); /* |sum| <= 127 * 16384 */
   }
   return 1;
 }
@@ -132,10 +172,10 @@ VNNI static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __
 
 /* c (MR rows by 32 outputs, m0 and m1 the live ones) = MR rows of xq (xs
  * bytes apart) times the regrouped panel wg, scaled and biased as the file says */
-VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int MR, long k4n, const unsigned char *xq, long xs,
-                                                                         const signed char *wg, const float *sx, const float *scale,
-                                                                         float *c, long ldc, const float *bias, __mmask16 m0,
-                                                                         __mmask16 m1)
+VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int MR, long k4n, const signed char *xq, long xs,
+                                                                         const unsigned char *wg, const float *sx,
+                                                                         const int *xz, const float *scale, float *c, long ldc,
+                                                                         const float *bias, __mmask16 m0, __mmask16 m1)
 {
   __m512i acc0[VB], acc1[VB];
   long k4;
@@ -154,26 +194,26 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
       int xv;
       memcpy(&xv, xq + i * xs + k4 * 4, sizeof xv);
       const __m512i xb = _mm512_set1_epi32(xv);
-      acc0[i] = dpbusd(acc0[i], xb, w0);
-      acc1[i] = dpbusd(acc1[i], xb, w1);
+      acc0[i] = dpbusd(acc0[i], w0, xb);
+      acc1[i] = dpbusd(acc1[i], w1, xb);
     }
   }
   {
-    const int *sum = (const int *)(wg + k4n * 128);
-    const __m512i z0 = _mm512_slli_epi32(_mm512_loadu_si512(sum), 7), z1 = _mm512_slli_epi32(_mm512_loadu_si512(sum + 16), 7);
     const __m512 w0 = _mm512_loadu_ps(scale), w1 = _mm512_loadu_ps(scale + 16);
     const __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     const __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     for (i = 0; i < MR; i++) {
       const __m512 s = _mm512_set1_ps(sx[i]);
-      _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], z0)), _mm512_mul_ps(s, w0), c0));
-      _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], z1)), _mm512_mul_ps(s, w1), c1));
+      const __m512i z = _mm512_set1_epi32(xz[i]);
+      _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], z)), _mm512_mul_ps(s, w0), c0));
+      _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], z)), _mm512_mul_ps(s, w1), c1));
     }
   }
 }
 
 /* The f32 linear_q8 over the heads [col0, col0 + n_out) spans, as
- * attnc_prims_linear_heads_q8 does it, but never back into this file. */
+ * attnc_prims_linear_heads_q8 does it, but never back into this file:
+ * for weights as attnc_prims_pack_q8 leaves them. */
 static void heads_f32(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out, const float *b,
                       float *y, long y_stride, long col0, long head_w, long head_stride)
 {
@@ -186,39 +226,91 @@ static void heads_f32(const float *x, long rows, long x_stride, long n_in, const
   }
 }
 
+/* The same in f32 for weights regrouped at bind time (grouped(n_in)): the
+ * rows that are not finite, so that their NaNs and infinities reach y as
+ * a product in floats would carry them */
+VNNI static void heads_f32_grouped(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
+                                   const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
+{
+  const __m512i lo = _mm512_set1_epi32(0xFF);
+  const __m512 off = _mm512_set1_ps(128.0f);
+  long r, p, k4, j;
+  for (r = 0; r < rows; r++) {
+    const float *xr = x + r * x_stride;
+    for (p = 0; p * NR < n_out; p++) {
+      const unsigned char *panel = (const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in), *wg = panel + NR * sizeof(float);
+      const long nv = n_out - p * NR, a = col0 + p * NR;
+      const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
+      const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
+      float *yr = y + a / head_w * head_stride + a % head_w + r * y_stride;
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+      for (k4 = 0; k4 < n_in / 4; k4++) {
+        const __m512i w0 = _mm512_load_si512(wg + k4 * 128), w1 = _mm512_load_si512(wg + k4 * 128 + 64);
+        for (j = 0; j < 4; j++) {
+          const __m512 xv = _mm512_set1_ps(xr[4 * k4 + j]);
+          const __m512 f0 = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(w0, (unsigned)(8 * j)), lo)), off);
+          const __m512 f1 = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(w1, (unsigned)(8 * j)), lo)), off);
+          s0 = _mm512_fmadd_ps(xv, f0, s0);
+          s1 = _mm512_fmadd_ps(xv, f1, s1);
+        }
+      }
+      s0 = _mm512_mul_ps(s0, _mm512_loadu_ps((const float *)panel));
+      s1 = _mm512_mul_ps(s1, _mm512_loadu_ps((const float *)panel + 16));
+      if (b) {
+        s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(m0, b + p * NR));
+        s1 = _mm512_add_ps(s1, _mm512_maskz_loadu_ps(m1, b + p * NR + 16));
+      }
+      _mm512_mask_storeu_ps(yr, m0, s0);
+      _mm512_mask_storeu_ps(yr + 16, m1, s1);
+    }
+  }
+}
+
 /* linear_heads_q8 (column col0 + n to head (col0 + n) / head_w's block,
  * head_stride floats from the last; head_w and col0 whole panels): the
- * weights of every head regrouped once per call (n_out rounded to panels
- * by n_in rounded to 4, into one allocation with a pass's quantised rows),
- * then passes of up to VR rows quantised together, each sweeping every
- * panel of every head in blocks of up to VB rows, so that a row is
- * quantised once however many heads its outputs go to.  Without memory,
- * or for rows it cannot quantise, the f32 linear_q8. */
+ * weights as packed when grouped(n_in), else regrouped once per call
+ * (n_out rounded to panels by n_in rounded to 4, in one allocation with a
+ * pass's quantised rows); then passes of up to VR rows quantised together,
+ * each sweeping every panel of every head in blocks of up to VB rows, so
+ * that a row is quantised once however many heads its outputs go to.
+ * Without memory, or for rows it cannot quantise, f32 arithmetic. */
 VNNI static void lin_q8(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out, const float *b,
                         float *y, long y_stride, long col0, long head_w, long head_stride)
 {
   const long panels = (n_out + NR - 1) / NR, nblk = (rows + VB - 1) / VB, npass = (nblk + 3) / 4, k4n = (n_in + 3) / 4;
-  const long gsize = k4n * 128 + 128; /* a regrouped panel: weights, then 32 sums */
+  const int pre = grouped(n_in);
+  /* from one panel's regrouped weights to the next: as packed, or as regrouped here */
+  const long gstep = pre ? ATTNC_Q8_PANEL(n_in) : k4n * 128, wbytes = pre ? 0 : panels * gstep;
   const long xs = (k4n * 4 + 15) / 16 * 16; /* bytes from one quantised row to the next */
+  const unsigned char *wg0 = (const unsigned char *)packed + NR * sizeof(float);
   void *mem = NULL;
-  signed char *wg;
-  unsigned char *xq;
+  signed char *xq;
   float sx[VR];
+  int xz[VR];
   long pass, p, bk;
-  if (n_in > VNNI_MAX_IN || rows < VNNI_MIN_ROWS || n_out <= 0 || posix_memalign(&mem, 64, (size_t)(panels * gsize + VR * xs)) != 0) {
-    heads_f32(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
+  if (rows <= 0 || n_out <= 0) return;
+  if (n_in > VNNI_MAX_IN || (!pre && rows < VNNI_MIN_ROWS) || posix_memalign(&mem, 64, (size_t)(wbytes + VR * xs)) != 0) {
+    if (pre) heads_f32_grouped(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
+    else heads_f32(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
     return;
   }
-  wg = (signed char *)mem;
-  xq = (unsigned char *)(wg + panels * gsize);
-  for (p = 0; p < panels; p++)
-    regroup((const signed char *)packed + p * ATTNC_Q8_PANEL(n_in) + NR * sizeof(float), n_in, k4n, wg + p * gsize);
+  xq = (signed char *)mem + wbytes;
+  if (!pre) {
+    wg0 = (const unsigned char *)mem;
+    for (p = 0; p < panels; p++)
+      regroup((const signed char *)packed + p * ATTNC_Q8_PANEL(n_in) + NR * sizeof(float), n_in, k4n,
+              (unsigned char *)mem + p * gstep);
+  }
   for (pass = 0; pass < npass; pass++) {
     const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
     const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
-    if (!quantise(x + pr0 * x_stride, prows, x_stride, n_in, xs, xq, sx)) {
-      heads_f32(x + pr0 * x_stride, prows, x_stride, n_in, packed, n_out, b, y + pr0 * y_stride, y_stride, col0, head_w,
-                head_stride);
+    if (!quantise(x + pr0 * x_stride, prows, x_stride, n_in, xs, xq, sx, xz)) {
+      if (pre)
+        heads_f32_grouped(x + pr0 * x_stride, prows, x_stride, n_in, packed, n_out, b, y + pr0 * y_stride, y_stride, col0,
+                          head_w, head_stride);
+      else
+        heads_f32(x + pr0 * x_stride, prows, x_stride, n_in, packed, n_out, b, y + pr0 * y_stride, y_stride, col0, head_w,
+                  head_stride);
       continue;
     }
     for (p = 0; p < panels; p++) {
@@ -227,18 +319,18 @@ VNNI static void lin_q8(const float *x, long rows, long x_stride, long n_in, con
       const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1u);
       const __mmask16 m1 = nv >= 32 ? (__mmask16)0xFFFF : nv <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nv - 16)) - 1u);
       const float *bias = b ? b + p * NR : NULL;
-      const signed char *wp = wg + p * gsize;
+      const unsigned char *wp = wg0 + p * gstep;
       float *yp = y + a / head_w * head_stride + a % head_w;
       for (bk = b0; bk < b1; bk++) {
         const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
-        const unsigned char *xr = xq + (r0 - pr0) * xs;
+        const signed char *xr = xq + (r0 - pr0) * xs;
         float *c = yp + r0 * y_stride;
 #define LINV_CASE(MR) \
-  case MR: lin_vnni_kernel(MR, k4n, xr, xs, wp, sx + (r0 - pr0), scale, c, y_stride, bias, m0, m1); break;
+  case MR: lin_vnni_kernel(MR, k4n, xr, xs, wp, sx + (r0 - pr0), xz + (r0 - pr0), scale, c, y_stride, bias, m0, m1); break;
         switch (mr) {
           LINV_CASE(12) LINV_CASE(11) LINV_CASE(10) LINV_CASE(9) LINV_CASE(8) LINV_CASE(7) LINV_CASE(6)
           LINV_CASE(5) LINV_CASE(4) LINV_CASE(3) LINV_CASE(2)
-        default: lin_vnni_kernel(1, k4n, xr, xs, wp, sx + (r0 - pr0), scale, c, y_stride, bias, m0, m1); break;
+        default: lin_vnni_kernel(1, k4n, xr, xs, wp, sx + (r0 - pr0), xz + (r0 - pr0), scale, c, y_stride, bias, m0, m1); break;
         }
 #undef LINV_CASE
       }
@@ -262,6 +354,10 @@ void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, 
 
 #else
 int attnc_prims_vnni_ready(void) { return 0; }
+void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_out, long n_in, void *packed)
+{
+  attnc_prims_pack_q8(q, scale, n_out, n_in, packed);
+}
 void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                 const float *b, float *y, long y_stride)
 {

@@ -105,7 +105,7 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
       }
       if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
       free(b->packed[slot]);
-      if (q8) attnc_prims_pack_q8(args->t[slot], args->t[attnc_slot_scale(slot)], rows, cols, p);
+      if (q8) attnc_prims_get()->pack_q8(args->t[slot], args->t[attnc_slot_scale(slot)], rows, cols, p);
       else if (w16) attnc_prims_pack_bf16(args->t[slot], rows, cols, p);
       else attnc_prims_pack(f32 ? f32 : (const float *)args->t[slot], rows, cols, p);
       free(f32);

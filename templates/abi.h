@@ -121,10 +121,10 @@ typedef struct attnc_prims {
   void (*pack)(const float *w, long n_out, long n_in, float *packed);
   /* linear and linear_heads over int8 weights kept int8 (spec key
    * weights=int8): W as I8 rows with one f32 scale each (w = q * scale),
-   * packed by the runtime in panels of 32 outputs, panel p at p *
-   * ATTNC_Q8_PANEL(n_in) bytes: its 32 scales, then for each k its 32
-   * outputs' int8 weights side by side (zero past n_out).  Columns n0 on
-   * (n0 a multiple of 32) start at panel n0 / 32. */
+   * packed by the runtime with pack_q8 in panels of 32 outputs, panel p at
+   * p * ATTNC_Q8_PANEL(n_in) bytes: its 32 scales, then the 32 outputs'
+   * weights as these primitives read them (pack_q8).  Columns n0 on (n0 a
+   * multiple of 32) start at panel n0 / 32. */
   void (*linear_q8)(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                     const float *b, float *y, long y_stride);
   void (*linear_heads_q8)(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
@@ -176,6 +176,13 @@ typedef struct attnc_prims {
    * heads in one call rather than one kv head's columns at a time, which
    * would prepare each row once per head and projection */
   int q8_by_rows;
+  /* linear_q8's packing of an (n_out, n_in) int8 weight and its scales,
+   * into the panels linear_q8 says (ATTNC_Q8_PANEL(n_in) bytes each,
+   * 64-byte aligned; the runtime packs bound weights).  The bytes after
+   * each panel's scales are the primitives' own: for each k its 32
+   * outputs' int8 weights side by side (zero past n_out), or, with
+   * AVX512-VNNI, grouped for its dot product */
+  void (*pack_q8)(const signed char *q, const float *scale, long n_out, long n_in, void *packed);
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))

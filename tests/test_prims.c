@@ -208,14 +208,16 @@ static void test_prims_linear_heads(void **state)
   assert_int_equal(fails, 0);
 }
 
-/* linear_q8 (and, over two heads, linear_heads_q8) of int8 weights
- * against a float64 loop over q * scale: rows 1 (decoding) to 2 passes
- * of row blocks, n_in 1 to 130, n_out across panel tails, strides past
- * the rows, with and without a bias. */
+/* linear_q8 (and, over two heads, linear_heads_q8) of int8 weights,
+ * packed by pack, against a float64 loop over q * scale: rows 1
+ * (decoding) to 2 passes of row blocks, n_in 1 to 130 (64 and 128
+ * regrouped at packing by VNNI's pack, the others at each call), n_out
+ * across panel tails, strides past the rows, with and without a bias. */
 static int check_linear_q8(const char *isa, void (*lin)(const float *, long, long, long, const void *, long,
-                                                          const float *, float *, long), double rel, int xq)
+                                                          const float *, float *, long),
+                           void (*pack)(const signed char *, const float *, long, long, void *), double rel, int xq)
 {
-  static const long R[] = { 1, 3, 14, 15, 57, 113 }, K[] = { 1, 7, 64, 130 }, N[] = { 1, 31, 32, 33, 100 };
+  static const long R[] = { 1, 3, 14, 15, 57, 113 }, K[] = { 1, 7, 64, 128, 130 }, N[] = { 1, 31, 32, 33, 100 };
   size_t ri, ki, ni;
   int bad = 0;
   for (ri = 0; ri < sizeof R / sizeof R[0]; ri++)
@@ -238,7 +240,7 @@ static int check_linear_q8(const char *isa, void (*lin)(const float *, long, lon
           scale[i] = (0.5f + frand()) / 127;
           b[i] = frand();
         }
-        attnc_prims_pack_q8(q, scale, n_out, n_in, packed);
+        pack(q, scale, n_out, n_in, packed);
         lin(x, rows, xs, n_in, packed, n_out, with_b ? b : NULL, y, ys);
         for (r = 0; r < rows; r++)
           for (n = 0; n < ys; n++) {
@@ -273,22 +275,24 @@ static void test_prims_linear_q8(void **state)
   const attnc_prims *P = attnc_prims_get();
   int fails = 0;
   (void)state;
-  fails += !check_linear_q8("generic", attnc_prims_linear_q8_generic, 1e-6, 0);
-  if (have_avx512()) fails += !check_linear_q8("avx512", attnc_prims_linear_q8_avx512, 1e-6, 0);
+  fails += !check_linear_q8("generic", attnc_prims_linear_q8_generic, attnc_prims_pack_q8, 1e-6, 0);
+  if (have_avx512()) fails += !check_linear_q8("avx512", attnc_prims_linear_q8_avx512, attnc_prims_pack_q8, 1e-6, 0);
   else printf("SKIP avx512 linear_q8: this CPU has no AVX-512 (generic checked)\n");
-  if (have_avx2()) fails += !check_linear_q8("avx2", attnc_prims_linear_q8_avx2, 1e-6, 0);
+  if (have_avx2()) fails += !check_linear_q8("avx2", attnc_prims_linear_q8_avx2, attnc_prims_pack_q8, 1e-6, 0);
   else printf("SKIP avx2 linear_q8: this CPU has no AVX2 and FMA (generic checked)\n");
   /* AMX rounds x to bf16 (2^-9 of each value) for 16 rows or more */
-  if (have_avx512() && attnc_prims_amx_ready()) fails += !check_linear_q8("amx", attnc_prims_linear_q8_amx, 1.0 / 256, 0);
+  if (have_avx512() && attnc_prims_amx_ready()) fails += !check_linear_q8("amx", attnc_prims_linear_q8_amx, attnc_prims_pack_q8, 1.0 / 256, 0);
   else printf("SKIP amx linear_q8: this CPU or kernel gives no AMX-BF16 tiles (the other paths checked)\n");
-  /* VNNI quantises x per row */
-  if (attnc_prims_vnni_ready()) fails += !check_linear_q8("vnni", attnc_prims_linear_q8_vnni, 1e-6, 1);
+  /* VNNI quantises x per row (every row when its pack regrouped the weights) */
+  if (attnc_prims_vnni_ready()) fails += !check_linear_q8("vnni", attnc_prims_linear_q8_vnni, attnc_prims_pack_q8_vnni, 1e-6, 1);
   else printf("SKIP vnni linear_q8: this CPU has no AVX512-VNNI (the other paths checked)\n");
-  { /* a NaN and an infinity in x (which VNNI cannot quantise): their rows'
-     * outputs are not finite, the other rows' are */
-    const long rows = 40, n_in = 64, n_out = 32;
-    float x[40 * 64], y[40 * 32], scale[32];
-    signed char q[32 * 64];
+  for (int wide = 0; wide < 2; wide++) {
+    /* a NaN and an infinity in x (which VNNI cannot quantise): their rows'
+     * outputs are not finite, the other rows' are; n_in 64 and 66, which
+     * VNNI's pack regroups and leaves */
+    const long rows = 40, n_in = wide ? 66 : 64, n_out = 32;
+    float x[40 * 66], y[40 * 32], scale[32];
+    signed char q[32 * 66];
     void *packed = NULL;
     long i, r, n;
     if (posix_memalign(&packed, 64, (size_t)attnc_prims_pack_q8_size(n_out, n_in)) != 0) abort();
@@ -298,12 +302,17 @@ static void test_prims_linear_q8(void **state)
     for (i = 0; i < n_out; i++) scale[i] = 0.01f;
     x[5 * n_in + 3] = NAN;
     x[30 * n_in] = INFINITY;
-    attnc_prims_pack_q8(q, scale, n_out, n_in, packed);
+    /* row 30's outputs: infinity times the first weight, a NaN when it is 0 */
+    q[0] = 0;
+    q[n_in] = -1;
+    q[2 * n_in] = 1;
+    P->pack_q8(q, scale, n_out, n_in, packed);
     P->linear_q8(x, rows, n_in, n_in, packed, n_out, NULL, y, n_out);
     for (r = 0; r < rows; r++)
       for (n = 0; n < n_out; n++)
-        if ((r == 5 || r == 30) == (isfinite(y[r * n_out + n]) != 0)) {
-          if (fails++ < 5) fprintf(stderr, "linear_q8 [%s]: y[%ld][%ld] = %g with x's row %s\n", P->isa, r, n, y[r * n_out + n],
+        if ((r == 5 || r == 30) == (isfinite(y[r * n_out + n]) != 0) ||
+            (r == 30 && (q[n * n_in] == 0 ? !isnan(y[r * n_out + n]) : (y[r * n_out + n] > 0) != (q[n * n_in] > 0)))) {
+          if (fails++ < 5) fprintf(stderr, "linear_q8 [%s] n_in=%ld: y[%ld][%ld] = %g with x's row %s\n", P->isa, n_in, r, n, y[r * n_out + n],
                                    r == 5 ? "holding a NaN" : r == 30 ? "holding an infinity" : "finite");
         }
     free(packed);
@@ -322,7 +331,7 @@ static void test_prims_linear_q8(void **state)
     for (i = 0; i < 128 * n_in; i++) q[i] = (signed char)(frand() * 127);
     for (i = 0; i < 128; i++) { scale[i] = 0.01f + 0.001f * (float)i; b[i] = frand(); }
     for (i = 0; i < 3 * 3000; i++) y[i] = 0;
-    attnc_prims_pack_q8(q, scale, 128, n_in, packed);
+    P->pack_q8(q, scale, 128, n_in, packed);
     /* the whole weight's columns col0.. as one plain product, then by heads */
     P->linear_q8(x, rows, n_in, n_in, (const unsigned char *)packed + ATTNC_Q8_PANEL(n_in), n_out, b + col0, yl, n_out);
     P->linear_heads_q8(x, rows, n_in, n_in, (const unsigned char *)packed + ATTNC_Q8_PANEL(n_in), n_out, b + col0, y, 64,
