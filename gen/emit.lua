@@ -317,6 +317,8 @@ function M.fast(p)
   env.fast_ok, env.split_ok, env.fuse_ok, env.head_ok = k.prims, k.split, k.fuse, k.by_head
   env.hm_ok, env.kv_hm_ok, env.bias_t_ok, env.kv_t_ok = k.hm, k.kv_hm, k.bias_t, k.kv_t
   env.attend_ok = k.attend
+  -- by head with int8 weights: x's rows quantised once for every head (q8_by_rows)
+  env.q8h = k.by_head and p.weights == "int8"
   env.rope_proj = k.rope_proj
   env.finish_ok = k.finish
   env.tanh, env.log = p.dtype == "f64" and "tanh" or "tanhf", p.dtype == "f64" and "log" or "logf"

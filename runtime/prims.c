@@ -566,6 +566,9 @@ static void choose(void)
         table.linear_heads_q8 = attnc_prims_linear_heads_q8_vnni;
         table.q8_by_rows = 1;
         table.pack_q8 = attnc_prims_pack_q8_vnni;
+        table.q8_row_bytes = attnc_prims_q8_row_bytes_vnni;
+        table.q8_quantise = attnc_prims_q8_quantise_vnni;
+        table.linear_heads_q8_xq = attnc_prims_linear_heads_q8_xq_vnni;
       }
     }
 #endif

@@ -197,6 +197,12 @@ void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n
  * (for each 4 inputs, the 32 outputs' 4 weights side by side); other
  * widths as attnc_prims_pack_q8 */
 void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_out, long n_in, void *packed);
+/* the table's q8_row_bytes, q8_quantise and linear_heads_q8_xq with AVX512-VNNI */
+long attnc_prims_q8_row_bytes_vnni(long n_in);
+void attnc_prims_q8_quantise_vnni(const float *x, long rows, long x_stride, long n_in, void *xq, long xq_stride);
+void attnc_prims_linear_heads_q8_xq_vnni(const void *xq, long xq_stride, const float *x, long rows, long x_stride,
+                                         long n_in, const void *packed, long n_out, const float *b, float *y,
+                                         long y_stride, long col0, long head_w, long head_stride);
 /* linear_heads_q8 quantising each row of x once for all its heads */
 void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                       const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);

@@ -115,24 +115,46 @@ VNNI static void regroup(const signed char *wq, long n_in, long k4n, unsigned ch
   }
 }
 
-/* rows of x (n_in each) to s8 rows xs apart (0 from n_in to xs, a
- * multiple of 16), their scales and 128 times their sums; 0 if a row is
- * not finite.  A NaN or an infinity shows in the row's sum (which, for
- * finite values, can only overflow past 3e38 times n_in / 16 and send a
- * row that could be quantised to the f32 path, which is still right).
- * No clamp: |x| <= max|x| puts x * 127 / max|x| within a rounding of
- * 127, and it rounds to 127 at most. */
-VNNI static int quantise(const float *x, long rows, long x_stride, long n_in, long xs, signed char *xq, float *sx, int *xz)
+/* A quantised row (a record, xs + 16 bytes, xs the bytes of its values
+ * rounded up to 16): its n_in s8 values (0 from n_in to xs), then its
+ * scale (f32), 128 times the sum of its values (i32) and 1 when x's row
+ * held a NaN or an infinity (i32), whose values are then 0 */
+#define REC_TAIL 16
+static long rec_xs(long n_in)
 {
-  const long n16 = n_in / 16 * 16;
+  return ((n_in + 3) / 4 * 4 + 15) / 16 * 16;
+}
+static float rec_scale(const signed char *r, long xs)
+{
+  float v;
+  memcpy(&v, r + xs, sizeof v);
+  return v;
+}
+/* the record's i-th integer: 0 the sum, 1 the flag */
+static int rec_int(const signed char *r, long xs, int i)
+{
+  int v;
+  memcpy(&v, r + xs + 4 + 4 * i, sizeof v);
+  return v;
+}
+
+/* rows of x (n_in each) to records rb bytes apart.  A NaN or an infinity
+ * shows in the row's sum (which, for finite values, can only overflow
+ * past 3e38 times n_in / 16 and send a row that could be quantised to the
+ * f32 path, which is still right).  No clamp: |x| <= max|x| puts x * 127
+ * / max|x| within a rounding of 127, and it rounds to 127 at most. */
+VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, signed char *xq, long rb)
+{
+  const long n16 = n_in / 16 * 16, xs = rec_xs(n_in);
   const __mmask16 tail = (__mmask16)((1u << (n_in - n16)) - 1u);
   long r, k;
   for (r = 0; r < rows; r++) {
     const float *xr = x + r * x_stride;
-    signed char *d = xq + r * xs;
+    signed char *d = xq + r * rb;
     __m512 mx0 = _mm512_setzero_ps(), mx1 = _mm512_setzero_ps(), sum = _mm512_setzero_ps(), inv, v;
     __m512i isum = _mm512_setzero_si512();
-    float amax, total;
+    float amax, total, sx;
+    int tail_i[2];
     for (k = 0; k + 32 <= n16; k += 32) {
       const __m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xr + k + 16);
       mx0 = _mm512_max_ps(mx0, _mm512_abs_ps(a));
@@ -146,18 +168,26 @@ VNNI static int quantise(const float *x, long rows, long x_stride, long n_in, lo
     }
     amax = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
     total = _mm512_reduce_add_ps(sum);
-    if (!(total - total == 0)) return 0; /* a NaN or an infinity */
-    sx[r] = amax > 0 ? amax / 127.0f : 1.0f;
-    inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-    for (k = 0; k < xs; k += 16) {
-      const __m512i q = _mm512_cvtps_epi32(
-          _mm512_mul_ps(k < n16 ? _mm512_loadu_ps(xr + k) : _mm512_maskz_loadu_ps(k < n_in ? tail : (__mmask16)0, xr + k), inv));
-      isum = _mm512_add_epi32(isum, q);
-      _mm_storeu_si128((__m128i *)(d + k), _mm512_cvtepi32_epi8(q));
+    if (!(total - total == 0)) { /* a NaN or an infinity */
+      memset(d, 0, (size_t)xs);
+      sx = 0;
+      tail_i[0] = 0;
+      tail_i[1] = 1;
+    } else {
+      sx = amax > 0 ? amax / 127.0f : 1.0f;
+      inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+      for (k = 0; k < xs; k += 16) {
+        const __m512i q = _mm512_cvtps_epi32(
+            _mm512_mul_ps(k < n16 ? _mm512_loadu_ps(xr + k) : _mm512_maskz_loadu_ps(k < n_in ? tail : (__mmask16)0, xr + k), inv));
+        isum = _mm512_add_epi32(isum, q);
+        _mm_storeu_si128((__m128i *)(d + k), _mm512_cvtepi32_epi8(q));
+      }
+      tail_i[0] = 128 * _mm512_reduce_add_epi32(isum); /* |sum| <= 127 * 16384 */
+      tail_i[1] = 0;
     }
-    xz[r] = 128 * _mm512_reduce_add_epi32(isum); /* |sum| <= 127 * 16384 */
+    memcpy(d + xs, &sx, sizeof sx);
+    memcpy(d + xs + 4, tail_i, sizeof tail_i);
   }
-  return 1;
 }
 
 /* acc + the products of a's u8 and b's s8 bytes, four to a lane.  As
@@ -170,12 +200,13 @@ VNNI static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __
   return acc;
 }
 
-/* c (MR rows by 32 outputs, m0 and m1 the live ones) = MR rows of xq (xs
- * bytes apart) times the regrouped panel wg, scaled and biased as the file says */
-VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int MR, long k4n, const signed char *xq, long xs,
-                                                                         const unsigned char *wg, const float *sx,
-                                                                         const int *xz, const float *scale, float *c, long ldc,
-                                                                         const float *bias, __mmask16 m0, __mmask16 m1)
+/* c (MR rows by 32 outputs, m0 and m1 the live ones) = MR records of xq
+ * (rb bytes apart, xs of values) times the regrouped panel wg, scaled and
+ * biased as the file says */
+VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int MR, long k4n, const signed char *xq, long rb,
+                                                                         long xs, const unsigned char *wg, const float *scale,
+                                                                         float *c, long ldc, const float *bias, __mmask16 m0,
+                                                                         __mmask16 m1)
 {
   __m512i acc0[VB], acc1[VB];
   long k4;
@@ -192,7 +223,7 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
     const __m512i w0 = _mm512_load_si512(wg + k4 * 128), w1 = _mm512_load_si512(wg + k4 * 128 + 64);
     for (i = 0; i < MR; i++) {
       int xv;
-      memcpy(&xv, xq + i * xs + k4 * 4, sizeof xv);
+      memcpy(&xv, xq + i * rb + k4 * 4, sizeof xv);
       const __m512i xb = _mm512_set1_epi32(xv);
       acc0[i] = dpbusd(acc0[i], w0, xb);
       acc1[i] = dpbusd(acc1[i], w1, xb);
@@ -203,8 +234,8 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
     const __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     const __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     for (i = 0; i < MR; i++) {
-      const __m512 s = _mm512_set1_ps(sx[i]);
-      const __m512i z = _mm512_set1_epi32(xz[i]);
+      const __m512 s = _mm512_set1_ps(rec_scale(xq + i * rb, xs));
+      const __m512i z = _mm512_set1_epi32(rec_int(xq + i * rb, xs, 0));
       _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], z)), _mm512_mul_ps(s, w0), c0));
       _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], z)), _mm512_mul_ps(s, w1), c1));
     }
@@ -267,34 +298,34 @@ VNNI static void heads_f32_grouped(const float *x, long rows, long x_stride, lon
 }
 
 /* linear_heads_q8 (column col0 + n to head (col0 + n) / head_w's block,
- * head_stride floats from the last; head_w and col0 whole panels): the
- * weights as packed when grouped(n_in), else regrouped once per call
- * (n_out rounded to panels by n_in rounded to 4, in one allocation with a
- * pass's quantised rows); then passes of up to VR rows quantised together,
- * each sweeping every panel of every head in blocks of up to VB rows, so
- * that a row is quantised once however many heads its outputs go to.
- * Without memory, or for rows it cannot quantise, f32 arithmetic. */
-VNNI static void lin_q8(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out, const float *b,
-                        float *y, long y_stride, long col0, long head_w, long head_stride)
+ * head_stride floats from the last; head_w and col0 whole panels) on x's
+ * rows quantised: given (xq, records rb bytes apart), or else by this
+ * call.  The weights as packed when grouped(n_in), else regrouped once
+ * per call (n_out rounded to panels by n_in rounded to 4, in one
+ * allocation with a pass's records); then passes of up to VR rows, each
+ * sweeping every panel of every head in blocks of up to VB rows, so that
+ * a row is quantised once however many heads its outputs go to.  Rows
+ * that could not be quantised are done again in f32 from x; without
+ * memory, every row. */
+VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, long rows, long x_stride, long n_in,
+                        const void *packed, long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
+                        long head_stride)
 {
   const long panels = (n_out + NR - 1) / NR, nblk = (rows + VB - 1) / VB, npass = (nblk + 3) / 4, k4n = (n_in + 3) / 4;
   const int pre = grouped(n_in);
   /* from one panel's regrouped weights to the next: as packed, or as regrouped here */
   const long gstep = pre ? ATTNC_Q8_PANEL(n_in) : k4n * 128, wbytes = pre ? 0 : panels * gstep;
-  const long xs = (k4n * 4 + 15) / 16 * 16; /* bytes from one quantised row to the next */
+  const long xs = rec_xs(n_in), rb = xq_in ? rb_in : xs + REC_TAIL;
   const unsigned char *wg0 = (const unsigned char *)packed + NR * sizeof(float);
   void *mem = NULL;
-  signed char *xq;
-  float sx[VR];
-  int xz[VR];
-  long pass, p, bk;
+  long pass, p, bk, r;
   if (rows <= 0 || n_out <= 0) return;
-  if (n_in > VNNI_MAX_IN || (!pre && rows < VNNI_MIN_ROWS) || posix_memalign(&mem, 64, (size_t)(wbytes + VR * xs)) != 0) {
+  if (n_in > VNNI_MAX_IN || (!pre && rows < VNNI_MIN_ROWS) ||
+      ((wbytes > 0 || !xq_in) && posix_memalign(&mem, 64, (size_t)(wbytes + (xq_in ? 0 : VR * rb))) != 0)) {
     if (pre) heads_f32_grouped(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
     else heads_f32(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
     return;
   }
-  xq = (signed char *)mem + wbytes;
   if (!pre) {
     wg0 = (const unsigned char *)mem;
     for (p = 0; p < panels; p++)
@@ -304,15 +335,8 @@ VNNI static void lin_q8(const float *x, long rows, long x_stride, long n_in, con
   for (pass = 0; pass < npass; pass++) {
     const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
     const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
-    if (!quantise(x + pr0 * x_stride, prows, x_stride, n_in, xs, xq, sx, xz)) {
-      if (pre)
-        heads_f32_grouped(x + pr0 * x_stride, prows, x_stride, n_in, packed, n_out, b, y + pr0 * y_stride, y_stride, col0,
-                          head_w, head_stride);
-      else
-        heads_f32(x + pr0 * x_stride, prows, x_stride, n_in, packed, n_out, b, y + pr0 * y_stride, y_stride, col0, head_w,
-                  head_stride);
-      continue;
-    }
+    const signed char *xq = xq_in ? xq_in + pr0 * rb : (const signed char *)mem + wbytes;
+    if (!xq_in) quantise(x + pr0 * x_stride, prows, x_stride, n_in, (signed char *)mem + wbytes, rb);
     for (p = 0; p < panels; p++) {
       const float *scale = (const float *)((const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in));
       const long nv = n_out - p * NR, a = col0 + p * NR;
@@ -323,18 +347,25 @@ VNNI static void lin_q8(const float *x, long rows, long x_stride, long n_in, con
       float *yp = y + a / head_w * head_stride + a % head_w;
       for (bk = b0; bk < b1; bk++) {
         const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
-        const signed char *xr = xq + (r0 - pr0) * xs;
+        const signed char *xr = xq + (r0 - pr0) * rb;
         float *c = yp + r0 * y_stride;
 #define LINV_CASE(MR) \
-  case MR: lin_vnni_kernel(MR, k4n, xr, xs, wp, sx + (r0 - pr0), xz + (r0 - pr0), scale, c, y_stride, bias, m0, m1); break;
+  case MR: lin_vnni_kernel(MR, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
         switch (mr) {
           LINV_CASE(12) LINV_CASE(11) LINV_CASE(10) LINV_CASE(9) LINV_CASE(8) LINV_CASE(7) LINV_CASE(6)
           LINV_CASE(5) LINV_CASE(4) LINV_CASE(3) LINV_CASE(2)
-        default: lin_vnni_kernel(1, k4n, xr, xs, wp, sx + (r0 - pr0), xz + (r0 - pr0), scale, c, y_stride, bias, m0, m1); break;
+        default: lin_vnni_kernel(1, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
         }
 #undef LINV_CASE
       }
     }
+    for (r = 0; r < prows; r++) /* the rows with a NaN or an infinity, in f32 */
+      if (rec_int(xq + r * rb, xs, 1)) {
+        const float *xr = x + (pr0 + r) * x_stride;
+        float *yr = y + (pr0 + r) * y_stride;
+        if (pre) heads_f32_grouped(xr, 1, x_stride, n_in, packed, n_out, b, yr, y_stride, col0, head_w, head_stride);
+        else heads_f32(xr, 1, x_stride, n_in, packed, n_out, b, yr, y_stride, col0, head_w, head_stride);
+      }
   }
   free(mem);
 }
@@ -343,13 +374,31 @@ VNNI static void lin_q8(const float *x, long rows, long x_stride, long n_in, con
 void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                 const float *b, float *y, long y_stride)
 {
-  lin_q8(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, 0, (n_out + NR - 1) / NR * NR, 0);
+  lin_q8(NULL, 0, x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, 0, (n_out + NR - 1) / NR * NR, 0);
 }
 
 void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                       const float *b, float *y, long y_stride, long col0, long head_w, long head_stride)
 {
-  lin_q8(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
+  lin_q8(NULL, 0, x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
+}
+
+long attnc_prims_q8_row_bytes_vnni(long n_in)
+{
+  return rec_xs(n_in) + REC_TAIL;
+}
+
+void attnc_prims_q8_quantise_vnni(const float *x, long rows, long x_stride, long n_in, void *xq, long xq_stride)
+{
+  quantise(x, rows, x_stride, n_in, (signed char *)xq, xq_stride);
+}
+
+void attnc_prims_linear_heads_q8_xq_vnni(const void *xq, long xq_stride, const float *x, long rows, long x_stride,
+                                         long n_in, const void *packed, long n_out, const float *b, float *y,
+                                         long y_stride, long col0, long head_w, long head_stride)
+{
+  lin_q8((const signed char *)xq, xq_stride, x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w,
+         head_stride);
 }
 
 #else
@@ -357,6 +406,22 @@ int attnc_prims_vnni_ready(void) { return 0; }
 void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_out, long n_in, void *packed)
 {
   attnc_prims_pack_q8(q, scale, n_out, n_in, packed);
+}
+/* never in the table without AVX512-VNNI (attnc_prims_vnni_ready is 0) */
+long attnc_prims_q8_row_bytes_vnni(long n_in)
+{
+  return 4 * n_in + 16;
+}
+void attnc_prims_q8_quantise_vnni(const float *x, long rows, long x_stride, long n_in, void *xq, long xq_stride)
+{
+  (void)x, (void)rows, (void)x_stride, (void)n_in, (void)xq, (void)xq_stride;
+}
+void attnc_prims_linear_heads_q8_xq_vnni(const void *xq, long xq_stride, const float *x, long rows, long x_stride,
+                                         long n_in, const void *packed, long n_out, const float *b, float *y,
+                                         long y_stride, long col0, long head_w, long head_stride)
+{
+  (void)xq, (void)xq_stride;
+  attnc_prims_linear_heads_q8(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride, col0, head_w, head_stride);
 }
 void attnc_prims_linear_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                 const float *b, float *y, long y_stride)

@@ -183,6 +183,17 @@ typedef struct attnc_prims {
    * outputs' int8 weights side by side (zero past n_out), or, with
    * AVX512-VNNI, grouped for its dot product */
   void (*pack_q8)(const signed char *q, const float *scale, long n_out, long n_in, void *packed);
+  /* With q8_by_rows, x's rows prepared once for several linear_heads_q8
+   * (a kernel's q, k and v of one head after another): q8_quantise writes
+   * rows of x to xq, q8_row_bytes(n_in) bytes a row (the primitives' own
+   * form), rows xq_stride bytes apart; linear_heads_q8_xq is
+   * linear_heads_q8 on the rows so prepared (x is read again only for a
+   * row holding a NaN or an infinity).  NULL otherwise */
+  long (*q8_row_bytes)(long n_in);
+  void (*q8_quantise)(const float *x, long rows, long x_stride, long n_in, void *xq, long xq_stride);
+  void (*linear_heads_q8_xq)(const void *xq, long xq_stride, const float *x, long rows, long x_stride, long n_in,
+                             const void *packed, long n_out, const float *b, float *y, long y_stride, long col0,
+                             long head_w, long head_stride);
 } attnc_prims;
 /* bytes of one bf16 panel (linear_bf16): 32 outputs x n_in rounded up to 32, two bytes each */
 #define ATTNC_BF16_PANEL(n_in) (64L * (((n_in) + 31) / 32 * 32))

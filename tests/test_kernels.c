@@ -817,6 +817,8 @@ static void sweep_int8(attnc_backend be)
   weights = "int8";
   sweep_heads(be);
   sweep_features(be);
+  /* by head, with AVX512-VNNI on x's rows quantised once in phase 1 */
+  sweep_head_major(be);
   if (be == ATTNC_BACKEND_CC) sweep_axes(be);
   dtype = "bf16";
   sweep_heads(be);

@@ -341,6 +341,31 @@ static void test_prims_linear_q8(void **state)
         const long col = col0 + n;
         if (y[col / hw * hs + r * 64 + col % hw] != yl[r * n_out + n]) fails++;
       }
+    if (P->linear_heads_q8_xq) {
+      /* x's rows prepared once (q8_quantise, into records a few bytes
+       * further apart than they need), then linear_heads_q8_xq: the same
+       * bits as linear_heads_q8, a row holding a NaN included */
+      const long xqs = P->q8_row_bytes(n_in) + 8;
+      static float y2[3 * 3000];
+      unsigned char *xq = malloc((size_t)(rows * xqs));
+      x[7 * n_in + 2] = NAN;
+      P->linear_heads_q8(x, rows, n_in, n_in, (const unsigned char *)packed + ATTNC_Q8_PANEL(n_in), n_out, b + col0, y, 64,
+                         col0, hw, hs);
+      P->q8_quantise(x, rows, n_in, n_in, xq, xqs);
+      for (i = 0; i < 3 * 3000; i++) y2[i] = 0;
+      P->linear_heads_q8_xq(xq, xqs, x, rows, n_in, n_in, (const unsigned char *)packed + ATTNC_Q8_PANEL(n_in), n_out,
+                            b + col0, y2, 64, col0, hw, hs);
+      for (r = 0; r < rows; r++)
+        for (n = 0; n < n_out; n++) {
+          const long col = col0 + n, at = col / hw * hs + r * 64 + col % hw;
+          if (memcmp(&y[at], &y2[at], sizeof y[at]) != 0 || (r == 7) != (isnan(y2[at]) != 0)) {
+            if (fails++ < 5) fprintf(stderr, "linear_heads_q8_xq: y[%ld][%ld] = %g, linear_heads_q8 gave %g\n", r, n, y2[at], y[at]);
+          }
+        }
+      free(xq);
+    } else {
+      printf("SKIP linear_heads_q8_xq: not in this table (%s; it comes with AVX512-VNNI)\n", P->isa);
+    }
     free(packed);
   }
   assert_int_equal(fails, 0);

@@ -426,6 +426,59 @@ static void int8_run(const char *spec, int stacked, int as_f32, float *out)
   attnc_release(k);
 }
 
+/* One run of an int8 kernel of nb batch elements of S x C: int8 weights
+ * and scales made up, 2 threads */
+enum { I8_S = 114, I8_C = 64 };
+static void int8_run_batch(int nb, const float *x, float *out)
+{
+  static const char *const names[4] = { "q_proj", "k_proj", "v_proj", "o_proj" };
+  static int8_t q[4][I8_C * I8_C];
+  static float sc[4][I8_C];
+  char spec[128], name[64];
+  attnc_error e;
+  attnc_kernel *k;
+  attnc_bindings *b;
+  attnc_tensor tx = t3(nb, I8_S, I8_C, (void *)x), to = t3(nb, I8_S, I8_C, out);
+  int m, i;
+  snprintf(spec, sizeof spec, "mha x=%d,%d,%d heads=2 qkv_bias=false out_bias=false weights=int8", nb, I8_S, I8_C);
+  k = attnc_compile(spec, NULL, &e);
+  assert_non_null(k);
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bindings_set_threads(b, 2, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+  for (m = 0; m < 4; m++) {
+    attnc_tensor tw = t2(I8_C, I8_C, q[m]), ts = t2(I8_C, 1, sc[m]);
+    for (i = 0; i < I8_C * I8_C; i++) q[m][i] = (int8_t)((i * 7919 + 31 * m) % 255 - 127);
+    for (i = 0; i < I8_C; i++) sc[m][i] = 0.002f + 0.0001f * (float)((i + m) % 9);
+    tw.dtype = ATTNC_I8;
+    ts.rank = 1;
+    snprintf(name, sizeof name, "%s.weight", names[m]);
+    assert_int_equal(attnc_bind(b, name, &tw, &e), ATTNC_OK);
+    snprintf(name, sizeof name, "%s.weight_scale", names[m]);
+    assert_int_equal(attnc_bind(b, name, &ts, &e), ATTNC_OK);
+  }
+  if (attnc_run(b, &to, &e) != ATTNC_OK) fail_msg("%s: %s", spec, e.message);
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
+/* Projecting by head (2 batch elements x 2 heads on 2 threads; with
+ * AVX512-VNNI on x's rows quantised once in phase 1) and by row blocks (1
+ * batch element) give the first batch element the same bits: each row's
+ * projections are the same sums however the rows are grouped.  114 rows:
+ * two of by head's slabs (a row offset wrong in the second shows). */
+static void test_runtime_int8_by_head_same_bits(void **state)
+{
+  static float x[2 * I8_S * I8_C], out2[2 * I8_S * I8_C], out1[I8_S * I8_C];
+  int i;
+  (void)state;
+  for (i = 0; i < 2 * I8_S * I8_C; i++) x[i] = (float)((i * 37 % 101) - 50) / 25.0f;
+  int8_run_batch(2, x, out2);
+  int8_run_batch(1, x, out1);
+  for (i = 0; i < I8_S * I8_C; i++)
+    if (memcmp(&out1[i], &out2[i], sizeof out1[i]) != 0) fail_msg("out[%d] = %.9g by head, %.9g by rows", i, out2[i], out1[i]);
+}
+
 static void test_runtime_int8_weights(void **state)
 {
   float want[160], got[160], got2[160];
@@ -1391,6 +1444,7 @@ int main(void)
     cmocka_unit_test(test_runtime_converted_inputs_follow_data),
     cmocka_unit_test(test_runtime_rounds_to_16_bits),
     cmocka_unit_test(test_runtime_int8_weights),
+    cmocka_unit_test(test_runtime_int8_by_head_same_bits),
     cmocka_unit_test(test_runtime_lse_output),
     cmocka_unit_test(test_runtime_positions),
     cmocka_unit_test(test_runtime_rebind_repacks),
