@@ -54,38 +54,12 @@ static int grouped(long n_in)
   return n_in > 0 && n_in % 4 == 0 && n_in <= VNNI_MAX_IN;
 }
 
-/* Where output o (0..31) of a regrouped panel keeps its 4 weights of one
- * group of 4 inputs: outputs 0-15 in the group's first 64 bytes, 16-31 in
- * the next, 4 bytes each (one i32 lane of vpdpbusd) */
-static long lane_at(long o)
-{
-  return o < 16 ? 4 * o : 64 + 4 * (o - 16);
-}
-
-void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_out, long n_in, void *packed)
-{
-  const long panels = (n_out + NR - 1) / NR;
-  long p, k, j;
-  if (!grouped(n_in)) {
-    attnc_prims_pack_q8(q, scale, n_out, n_in, packed);
-    return;
-  }
-  for (p = 0; p < panels; p++) {
-    unsigned char *panel = (unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in), *wg = panel + NR * sizeof(float);
-    float sc[NR];
-    for (j = 0; j < NR; j++) sc[j] = p * NR + j < n_out ? scale[p * NR + j] : 0.0f;
-    memcpy(panel, sc, sizeof sc);
-    memset(wg, 128, (size_t)(ATTNC_Q8_PANEL(n_in) - (long)sizeof sc)); /* weight 0 past n_out */
-    for (j = 0; j < NR && p * NR + j < n_out; j++)
-      for (k = 0; k < n_in; k++)
-        wg[k / 4 * 128 + lane_at(j) + k % 4] = (unsigned char)(q[(p * NR + j) * n_in + k] + 128);
-  }
-}
-
-/* A panel's weights (k-major, 32 outputs a k) regrouped for vpdpbusd as
- * attnc_prims_pack_q8_vnni does at bind time (w + 128, for each 4 inputs
- * k4 the 32 outputs' 4 weights side by side, weight 0 past n_in), for the
- * widths it leaves as they are. */
+/* A panel's weights (k-major, 32 outputs a k) regrouped for vpdpbusd: w +
+ * 128, for each 4 inputs k4 the 32 outputs' 4 weights side by side
+ * (outputs 0-15 in the first 64 bytes, 16-31 in the next, one i32 lane
+ * each), weight 0 past n_in.  Group k4 reads and writes only bytes
+ * [128 k4, 128 k4 + 128), all read before any is written, so out may be
+ * wq itself. */
 VNNI static void regroup(const signed char *wq, long n_in, long k4n, unsigned char *out)
 {
   long k4, k;
@@ -112,6 +86,21 @@ VNNI static void regroup(const signed char *wq, long n_in, long k4n, unsigned ch
       _mm512_store_si512(out + k4 * 128, _mm512_xor_si512(w0, bias));
       _mm512_store_si512(out + k4 * 128 + 64, _mm512_xor_si512(w1, bias));
     }
+  }
+}
+
+/* At bind time, grouped widths: attnc_prims_pack_q8's panels, each
+ * regrouped where it lies (weight 0, 128, to the panel's end) */
+void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_out, long n_in, void *packed)
+{
+  const long panels = (n_out + NR - 1) / NR, k4n = n_in / 4, wbytes = ATTNC_Q8_PANEL(n_in) - NR * (long)sizeof(float);
+  long p;
+  attnc_prims_pack_q8(q, scale, n_out, n_in, packed);
+  if (!grouped(n_in)) return;
+  for (p = 0; p < panels; p++) {
+    unsigned char *wg = (unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in) + NR * sizeof(float);
+    regroup((const signed char *)wg, n_in, k4n, wg);
+    memset(wg + k4n * 128, 128, (size_t)(wbytes - k4n * 128));
   }
 }
 
