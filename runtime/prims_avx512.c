@@ -1171,16 +1171,18 @@ static void attend_cols(const attnc_tile *t)
   finish_rows(t, O, cp, M, L, 1.0f);
 }
 
+/* The rows path's copies by [pack][narrow (c <= 32)][whole (c % 16 == 0)]:
+ * attend and attend_pack choose alike */
+static void (*const attend_rows_copy[2][2][2])(const attnc_tile *) = {
+  { { attend_rows_wide, attend_rows_wide_whole }, { attend_rows_narrow, attend_rows_narrow_whole } },
+  { { attend_rows_wide_pack, attend_rows_wide_whole_pack }, { attend_rows_narrow_pack, attend_rows_narrow_whole_pack } },
+};
+
+static int attend_by_rows(const attnc_tile *t) { return t->rows > 8 && attnc_prims_fits_lanes(t); }
+
 void attnc_prims_attend_avx512(const attnc_tile *t)
 {
-  if (t->rows > 8 && attnc_prims_fits_lanes(t)) {
-    if (t->c <= 32) {
-      if (t->c % 16 == 0) attend_rows_narrow_whole(t);
-      else attend_rows_narrow(t);
-    }
-    else if (t->c % 16 == 0) attend_rows_wide_whole(t);
-    else attend_rows_wide(t);
-  }
+  if (attend_by_rows(t)) attend_rows_copy[0][t->c <= 32][t->c % 16 == 0](t);
   else attend_cols(t);
 }
 
@@ -1189,13 +1191,8 @@ void attnc_prims_attend_avx512(const attnc_tile *t)
  * tile before prefetched, so the copy waits on no memory of its own */
 void attnc_prims_attend_pack_avx512(const attnc_tile *t)
 {
-  if (t->rows > 8 && attnc_prims_fits_lanes(t)) {
-    if (t->c <= 32) {
-      if (t->c % 16 == 0) attend_rows_narrow_whole_pack(t);
-      else attend_rows_narrow_pack(t);
-    }
-    else if (t->c % 16 == 0) attend_rows_wide_whole_pack(t);
-    else attend_rows_wide_pack(t);
+  if (attend_by_rows(t)) {
+    attend_rows_copy[1][t->c <= 32][t->c % 16 == 0](t);
   } else { /* a short tile: the copy first, then the tile as it is */
     pack_rows(t->k, t->k_stride, t->k_pack, t->k_begin, t->k_end, t->c);
     pack_rows(t->v, t->v_stride, t->v_pack, t->k_begin, t->k_end, t->c);
