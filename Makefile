@@ -409,3 +409,17 @@ $(B)/prims_bench: bench/prims_bench.c runtime/prims.h $(B)/libattnc.a
 # the machine's FMA peak, for the percent-of-peak target (bench/fma_peak.c)
 $(B)/fma_peak: bench/fma_peak.c | $(B)
 	$(Q)$(CC) -std=c99 -O2 -Wall -Wextra -pthread -o $@ $<
+
+# check-combos: random combinations of the spec language's keys, each run
+# through `attnc check` against the float64 reference (tests/combos.c), and
+# a share of invalid combinations that must be refused with a position.
+# make check-combos COMBOS=500 COMBOS_SEED=1 [COMBOS_CC_EVERY=8]
+COMBOS ?= 200
+COMBOS_SEED ?= 1
+COMBOS_CC_EVERY ?= 8
+$(B)/combos: tests/combos.c
+	@echo "  CC      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $<
+.PHONY: check-combos
+check-combos: all $(B)/combos
+	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache $(B)/combos -n $(COMBOS) -s $(COMBOS_SEED) -c $(COMBOS_CC_EVERY) -a $(B)/attnc
