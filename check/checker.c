@@ -782,11 +782,13 @@ static double judge_grads(attnc_bindings *b, const attnc_gen *g, const checker_i
   for (i = 0; i < r->n_grads; i++) {
     checker_grad *cg = &r->grads[i];
     double d2 = 0, r2 = 0, tol0;
+    int borrowed;
     cg->n = gj[i].n;
     cg->judged = gj[i].m;
     /* softmax ignores a per-row constant: k's bias has no gradient, and is
      * judged on the scale of q's bias's */
     cg->rms = gj[i].slot == ATTNC_SLOT_BK && bq_rms >= 0 ? bq_rms : rms_of(gj[i].want, gj[i].m);
+    borrowed = gj[i].slot == ATTNC_SLOT_BK || cg->rms == 0;
     if (cg->rms == 0) /* no scale of its own (every key hidden, say): the largest of the others' */
       for (k = 0; k < r->n_grads; k++) cg->rms = fmax(cg->rms, rms_of(gj[k].want, gj[k].m));
     tol0 = atol + a_rms * cg->rms;
@@ -804,7 +806,10 @@ static double judge_grads(attnc_bindings *b, const attnc_gen *g, const checker_i
       }
     }
     cg->nmse = r2 > 0 ? d2 / r2 : (d2 > 0 ? INFINITY : 0);
-    if (gj[i].slot == ATTNC_SLOT_BK) cg->nmse = 0; /* no scale of its own: the elementwise bound judges it */
+    /* no scale of its own (k's bias; or q and k whole when each row sees at
+     * most one key, so its softmax is 1 whatever the logits): the elementwise
+     * bound on the borrowed scale judges it, as NMSE against 0 cannot */
+    if (borrowed) cg->nmse = 0;
     if (cg->nmse > nmse_max && cg->worst <= 1) {
       cg->worst = 1 + cg->nmse; /* fails on NMSE alone */
       snprintf(r->err.message, sizeof r->err.message, "grad.%s has NMSE %.3g, above %.0e", cg->name, cg->nmse, nmse_max);

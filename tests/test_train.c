@@ -168,6 +168,29 @@ static void test_train_grad_adds_train(void **state)
   assert_non_null(strstr(r.err.message, "train"));
 }
 
+/* With one key per row (Sq = Sk = 1) the softmax is 1 whatever the logits,
+ * so q's and k's projections have gradients that are exactly 0: judged on
+ * a borrowed scale by the elementwise bound, not by an NMSE against 0
+ * that no rounding could meet. */
+static void test_train_grad_one_key(void **state)
+{
+  static const char *const specs[] = {
+    "mha x=1,8 heads=2 train",
+    "mha x=3,1,8 heads=2 mask=key causal train",
+  };
+  (void)state;
+  for (int i = 0; i < 2; i++)
+    for (int seed = 0; seed < 4; seed++) {
+      checker_opts o;
+      checker_result r;
+      memset(&o, 0, sizeof o);
+      o.backend = ATTNC_BACKEND_TCC;
+      o.grad = 1;
+      o.seed = (unsigned long)seed;
+      if (!checker_run(specs[i], &o, &r)) fail_msg("%s seed %d: %s", specs[i], seed, r.err.message);
+    }
+}
+
 /* ---- dropout on kernels ------------------------------------------------ */
 
 /* q = k = 0 gives every visible key the weight 1/Sk, and v = the identity
@@ -400,6 +423,7 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_train_grad_adds_train),
+    cmocka_unit_test(test_train_grad_one_key),
     cmocka_unit_test(test_train_dropout_zero),
     cmocka_unit_test(test_train_dropout_mask),
     cmocka_unit_test(test_train_grad_tcc),
