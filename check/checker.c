@@ -788,7 +788,11 @@ static double judge_grads(attnc_bindings *b, const attnc_gen *g, const checker_i
     /* softmax ignores a per-row constant: k's bias has no gradient, and is
      * judged on the scale of q's bias's */
     cg->rms = gj[i].slot == ATTNC_SLOT_BK && bq_rms >= 0 ? bq_rms : rms_of(gj[i].want, gj[i].m);
-    borrowed = gj[i].slot == ATTNC_SLOT_BK || cg->rms == 0;
+    /* a bias that is one number per row (its Sk dim 1) is a per-row constant too */
+    const attnc_tensor *bt = &in->bufs[ATTNC_SLOT_BIAS].t;
+    const int row_bias = gj[i].slot == ATTNC_SLOT_BIAS && bt->rank > 0 && bt->shape[bt->rank - 1] == 1;
+    borrowed = gj[i].slot == ATTNC_SLOT_BK || row_bias || cg->rms == 0;
+    if (row_bias) cg->rms = 0;
     if (cg->rms == 0) /* no scale of its own (every key hidden, say): the largest of the others' */
       for (k = 0; k < r->n_grads; k++) cg->rms = fmax(cg->rms, rms_of(gj[k].want, gj[k].m));
     tol0 = atol + a_rms * cg->rms;

@@ -177,9 +177,11 @@ static void test_train_grad_one_key(void **state)
   static const char *const specs[] = {
     "mha x=1,8 heads=2 train",
     "mha x=3,1,8 heads=2 mask=key causal train",
+    /* a bias of one number per row (Sk dim 1) is such a constant too */
+    "mode=core q=3,8,3 kv=1,8,3 bias=3,8,1 causal train dropout=0.25 dtype=f64",
   };
   (void)state;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 3; i++)
     for (int seed = 0; seed < 4; seed++) {
       checker_opts o;
       checker_result r;
