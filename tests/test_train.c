@@ -193,6 +193,34 @@ static void test_train_grad_one_key(void **state)
     }
 }
 
+
+/* A bias whose strides name a run-time dim (bias=..,S,S): the backward's
+ * forward pass on the attend primitive reads those strides, so it must
+ * declare the named dims as the other passes do (tcc refused the code). */
+static void test_train_grad_named_bias(void **state)
+{
+  static const char *const specs[] = {
+    "mode=core q=1,2,S,1 bias=1,2,S,S train",
+    "mha x=S,3,4 attn_dim=-3 heads=4 head_dim=8 bias=3,4,S,S causal train",
+    "mode=core q=B,2,S,4 bias=B,2,S,S mask=key train dropout=0.25",
+  };
+  static const char *const names[] = { "S", "B" };
+  static const int64_t values[] = { 7, 2 };
+  (void)state;
+  for (int i = 0; i < 3; i++)
+    for (int be = 0; be < 2; be++) {
+      checker_opts o;
+      checker_result r;
+      memset(&o, 0, sizeof o);
+      o.backend = be ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC;
+      o.grad = 1;
+      o.seed = (unsigned long)i;
+      o.dim_names = names;
+      o.dim_values = values;
+      o.ndims = i == 2 ? 2 : 1;
+      if (!checker_run(specs[i], &o, &r)) fail_msg("%s [%s]: %s", specs[i], be ? "cc" : "tcc", r.err.message);
+    }
+}
 /* ---- dropout on kernels ------------------------------------------------ */
 
 /* q = k = 0 gives every visible key the weight 1/Sk, and v = the identity
@@ -426,6 +454,7 @@ int main(void)
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_train_grad_adds_train),
     cmocka_unit_test(test_train_grad_one_key),
+    cmocka_unit_test(test_train_grad_named_bias),
     cmocka_unit_test(test_train_dropout_zero),
     cmocka_unit_test(test_train_dropout_mask),
     cmocka_unit_test(test_train_grad_tcc),
