@@ -682,6 +682,26 @@ static void test_kernels_modifiers_plain(void **s)
   form = ATTNC_FORM_FAST;
 }
 
+/* Outputs below f32's range: with ALiBi and far-apart positions a row's
+ * keys can sit 170 below its sink, so the float64 reference holds values
+ * like 1e-74 that f32 stores as 0.  The elementwise bound passes them; the
+ * NMSE must not call that an error either (checker_run). */
+static void test_kernels_underflowing_outputs(void **s)
+{
+  (void)s;
+  for (int plain = 0; plain < 2; plain++) {
+    checker_opts o;
+    checker_result r;
+    memset(&o, 0, sizeof o);
+    o.backend = ATTNC_BACKEND_TCC;
+    o.form = plain ? ATTNC_FORM_PLAIN : ATTNC_FORM_FAST;
+    o.seed = 247;
+    if (!checker_run("mode=core q=2,2,6,16,16 kv=2,2,2,4,16 window=0,4 alibi=4 sinks", &o, &r))
+      fail_msg("%s: NMSE %.3g, max |ref| %.3g: %s", plain ? "plain" : "fast", r.nmse, r.max_ref, r.err.message);
+    assert_true(r.max_ref < 1e-38);
+  }
+}
+
 /* ALiBi with q_pos and k_pos far apart (the checker binds positions that
  * start independently below 4000 on odd seeds) and a steep slope: every
  * term slope * (pos_k - pos_q) is large along a row, and f32 logits that
@@ -1259,6 +1279,7 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_kernels_modifiers_tcc), cmocka_unit_test(test_kernels_modifiers_cc),
     cmocka_unit_test(test_kernels_modifiers_plain),
     cmocka_unit_test(test_kernels_alibi_far_positions),
+    cmocka_unit_test(test_kernels_underflowing_outputs),
     cmocka_unit_test(test_kernels_cache_tcc), cmocka_unit_test(test_kernels_cache_cc),
     cmocka_unit_test(test_kernels_cache_no_prims_tcc), cmocka_unit_test(test_kernels_cache_plain),
     cmocka_unit_test(test_kernels_cache_decode_equals_one_pass),
