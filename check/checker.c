@@ -968,6 +968,10 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     }
   r->rms = n_finite ? sqrt(sum_r2 / (double)n_finite) : 0;
   atol += a_rms * r->rms;
+  /* no bound below what the output dtype can hold: its smallest normal (a
+   * reference of 1e-48 is 0 in f16 or bf16, whose rms-relative bound would
+   * otherwise shrink to nothing with it) */
+  atol = fmax(atol, out.dtype == ATTNC_F64 ? DBL_MIN : (out.dtype == ATTNC_F16 ? 6.103515625e-05 : FLT_MIN));
   for (j = 0; j < n; j++) {
     double got = value_at(&out, j);
     double want = ref_out[j], d = fabs(got - want), ratio;
