@@ -175,6 +175,11 @@ static void make_valid(struct spec *s, struct choice *c)
       if (sk == sq) kn[nb + (bshc ? 0 : 1)] = "S";
       snprintf(s->dims, sizeof s->dims, "--dim S=%d", sq);
     }
+    if (sk != sq && chance(20)) { /* a named key length */
+      size_t l = strlen(s->dims);
+      kn[nb + (bshc ? 0 : 1)] = "T";
+      snprintf(s->dims + l, sizeof s->dims - l, "%s--dim T=%d", l ? " " : "", sk);
+    }
     if (chance(30) && rank > 3) { /* a named batch dim */
       qn[0] = kn[0] = batch0_name = "B";
       size_t l = strlen(s->dims);
@@ -206,6 +211,7 @@ static void make_valid(struct spec *s, struct choice *c)
     int global = chance(15), gated = chance(35), cross = !global && chance(25);
     int pe = chance(15), train = 0;
     const char *xn[8] = { 0 };
+    const char *cross_name = NULL;
     char xs[128], ks[128];
     int preset = rnd(5); /* none, alphafold, mha, mqa, gqa */
     if (rank >= 3) sq = pick(SMALL_LENS, 6) * (chance(30) ? 3 : 1), sk = sq;
@@ -244,7 +250,15 @@ static void make_valid(struct spec *s, struct choice *c)
       snprintf(s->dims, sizeof s->dims, "--dim S=%d", sq);
     }
     shape_str(xs, sizeof xs, xd, xn, rank);
-    shape_str(ks, sizeof ks, kd, NULL, rank);
+    {
+      const char *kn[8] = { 0 };
+      if (cross && chance(25)) { /* a named key length */
+        size_t l = strlen(s->dims);
+        kn[axis] = cross_name = "T";
+        snprintf(s->dims + l, sizeof s->dims - l, "%s--dim T=%d", l ? " " : "", sk);
+      }
+      shape_str(ks, sizeof ks, kd, kn, rank);
+    }
     if (preset == 1) add(s, "alphafold");
     else if (preset == 2) add(s, "mha");
     else if (preset == 3) add(s, "mqa");
@@ -286,7 +300,7 @@ static void make_valid(struct spec *s, struct choice *c)
       /* the bias and mask use the keys: Sk, the cache's CAP with a cache */
       struct spec t = *s;
       int has_mask = strstr(s->text, "mask=key") != NULL;
-      add_common(&t, c, dtype, H, c_, global ? 1 : sq, sk, nb, batch, &empty_zero, global ? NULL : xn[axis], cache || cross ? NULL : xn[axis]);
+      add_common(&t, c, dtype, H, c_, global ? 1 : sq, sk, nb, batch, &empty_zero, global ? NULL : xn[axis], cache ? NULL : (cross ? cross_name : xn[axis]));
       if (has_mask) { /* do not write mask=key twice */
         char *m = strstr(t.text + s->len, " mask=key");
         if (m) memmove(m, m + 9, strlen(m + 9) + 1), t.len -= 9;
