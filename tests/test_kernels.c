@@ -729,10 +729,16 @@ static void test_kernels_alibi_far_positions(void **s)
     "mha x=2,9,8 kv=2,4,6 heads=1 alibi=0.5 lse window=1,2 weights_out",
     "alphafold x=15,3,12 attn_dim=0 heads=6 kv_heads=3 head_dim=16 gated mask=key alibi=4",
     "mha x=2,9,8 heads=1 alibi=0.5 cache=12 lse",
+    /* with a sink: a row keeps its true logits where the sink outweighs the keys */
+    "mha x=2,9,8 heads=2 alibi=0.5 sinks lse weights_out",
+    "mqa x=3,3,1,12 kv=8,3,1,10 attn_dim=0 heads=3 head_dim=4 gated mask=key alibi=0.5 sinks",
+    "mode=core q=1,8,8,1 kv=1,2,33,1 alibi=4 sinks lse",
   };
   static const char *const grads[] = {
     "mode=core q=2,3,5,4 alibi=0.5 bias=3,5,5 lse train",
     "mode=core q=2,3,5,4 alibi=0.5 lse weights_out train dropout=0.5",
+    "mha x=2,9,8 heads=1 alibi=0.5 sinks lse causal train",
+    "mode=core q=1,4,8,2 kv=1,2,13,2 alibi=4 sinks lse train",
   };
   int fails = 0;
   (void)s;
