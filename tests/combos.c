@@ -323,6 +323,21 @@ static void make_valid(struct spec *s, struct choice *c)
   }
 }
 
+
+/* The defaults spelled out, and a name: written or not, a spec means the same. */
+static void add_spellings(struct spec *s, const struct choice *c)
+{
+  static const char *const keys[] = { "mask", "window", "rope", "pe", "causal", "name" };
+  static const char *const vals[] = { "none", "none", "none", "none", "none", "k_combo" };
+  char word[32];
+  int k;
+  if (!chance(20)) return;
+  k = rnd(6);
+  snprintf(word, sizeof word, " %s=", keys[k]);
+  if (strstr(s->text, word + 1) != NULL) return; /* already given */
+  if (k == 4 && (c->cache || strstr(s->text, "causal") != NULL)) return; /* a cache is causal */
+  add(s, "%s=%s", keys[k], vals[k]);
+}
 /* One invalid change to a valid spec: a combination the language forbids. */
 static const char *make_invalid(struct spec *s)
 {
@@ -446,6 +461,7 @@ int main(int argc, char **argv)
     } else {
       int cc = cc_every > 0 && rnd(cc_every) == 0;
       make_valid(&s, &c);
+      add_spellings(&s, &c);
       snprintf(args, sizeof args, "--seed %d --backend %s%s%s%s%s%s", rnd(1000), cc ? "cc" : "tcc",
                chance(35) ? " --plain" : "", chance(30) ? " --threads 2" : (chance(30) ? " --threads 1" : ""),
                c.train && chance(40) ? " --grad" : "", s.dims[0] ? " " : "", s.dims);
