@@ -184,6 +184,8 @@ test: all $(TESTS:%=$(B)/tests/%)
 	@$(MAKE) --no-print-directory check-python
 	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" \
 	  ATTNC=$(CURDIR)/$(B)/attnc sh tests/run_all.sh $(B) $(TESTS)
+	@echo "== random spec combinations against the reference (make check-combos, a short fixed seed)"
+	@ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" $(MAKE) --no-print-directory check-combos COMBOS=300 COMBOS_SEED=1 COMBOS_CC_EVERY=16
 	@$(MAKE) --no-print-directory check-avx512-emu
 
 # check-python: the Python module's tests (python/tests, unittest) on
@@ -409,3 +411,18 @@ $(B)/prims_bench: bench/prims_bench.c runtime/prims.h $(B)/libattnc.a
 # the machine's FMA peak, for the percent-of-peak target (bench/fma_peak.c)
 $(B)/fma_peak: bench/fma_peak.c | $(B)
 	$(Q)$(CC) -std=c99 -O2 -Wall -Wextra -pthread -o $@ $<
+
+# check-combos: random combinations of the spec language's keys, each run
+# through `attnc check` against the float64 reference (tests/combos.c), and
+# a share of invalid combinations that must be refused with a position.
+# make check-combos COMBOS=500 COMBOS_SEED=1 [COMBOS_CC_EVERY=8]
+COMBOS ?= 200
+COMBOS_SEED ?= 1
+COMBOS_CC_EVERY ?= 8
+$(B)/combos: tests/combos.c
+	@echo "  CC      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $<
+.PHONY: check-combos
+check-combos: all $(B)/combos
+	@echo "  combos: $(COMBOS) cases from seed $(COMBOS_SEED), cc every $(COMBOS_CC_EVERY)th"
+	@ATTNC_CACHE_DIR=$(CURDIR)/$(B)/cache $(B)/combos -n $(COMBOS) -s $(COMBOS_SEED) -c $(COMBOS_CC_EVERY) -a $(B)/attnc

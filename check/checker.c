@@ -1,6 +1,7 @@
 /* The checker: one spec, random tensors, kernel vs check/reference.c;
  * in gradient mode, the kernel's gradients vs the reference's finite
  * differences. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -782,11 +783,17 @@ static double judge_grads(attnc_bindings *b, const attnc_gen *g, const checker_i
   for (i = 0; i < r->n_grads; i++) {
     checker_grad *cg = &r->grads[i];
     double d2 = 0, r2 = 0, tol0;
+    int borrowed;
     cg->n = gj[i].n;
     cg->judged = gj[i].m;
     /* softmax ignores a per-row constant: k's bias has no gradient, and is
      * judged on the scale of q's bias's */
     cg->rms = gj[i].slot == ATTNC_SLOT_BK && bq_rms >= 0 ? bq_rms : rms_of(gj[i].want, gj[i].m);
+    /* a bias that is one number per row (its Sk dim 1) is a per-row constant too */
+    const attnc_tensor *bt = &in->bufs[ATTNC_SLOT_BIAS].t;
+    const int row_bias = gj[i].slot == ATTNC_SLOT_BIAS && bt->rank > 0 && bt->shape[bt->rank - 1] == 1;
+    borrowed = gj[i].slot == ATTNC_SLOT_BK || row_bias || cg->rms == 0;
+    if (row_bias) cg->rms = 0;
     if (cg->rms == 0) /* no scale of its own (every key hidden, say): the largest of the others' */
       for (k = 0; k < r->n_grads; k++) cg->rms = fmax(cg->rms, rms_of(gj[k].want, gj[k].m));
     tol0 = atol + a_rms * cg->rms;
@@ -804,7 +811,10 @@ static double judge_grads(attnc_bindings *b, const attnc_gen *g, const checker_i
       }
     }
     cg->nmse = r2 > 0 ? d2 / r2 : (d2 > 0 ? INFINITY : 0);
-    if (gj[i].slot == ATTNC_SLOT_BK) cg->nmse = 0; /* no scale of its own: the elementwise bound judges it */
+    /* no scale of its own (k's bias; or q and k whole when each row sees at
+     * most one key, so its softmax is 1 whatever the logits): the elementwise
+     * bound on the borrowed scale judges it, as NMSE against 0 cannot */
+    if (borrowed) cg->nmse = 0;
     if (cg->nmse > nmse_max && cg->worst <= 1) {
       cg->worst = 1 + cg->nmse; /* fails on NMSE alone */
       snprintf(r->err.message, sizeof r->err.message, "grad.%s has NMSE %.3g, above %.0e", cg->name, cg->nmse, nmse_max);
@@ -958,6 +968,10 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     }
   r->rms = n_finite ? sqrt(sum_r2 / (double)n_finite) : 0;
   atol += a_rms * r->rms;
+  /* no bound below what the output dtype can hold: its smallest normal (a
+   * reference of 1e-48 is 0 in f16 or bf16, whose rms-relative bound would
+   * otherwise shrink to nothing with it) */
+  atol = fmax(atol, out.dtype == ATTNC_F64 ? DBL_MIN : (out.dtype == ATTNC_F16 ? 6.103515625e-05 : FLT_MIN));
   for (j = 0; j < n; j++) {
     double got = value_at(&out, j);
     double want = ref_out[j], d = fabs(got - want), ratio;
@@ -987,7 +1001,14 @@ int checker_run(const char *spec, const checker_opts *o, checker_result *r)
     (void)batch_elements(g, &bufs[ATTNC_SLOT_X].t, &sq);
     compare_caches(in, sq, kv, sc, c_atol, c_arms, c_rtol, &worst, r);
   }
-  r->nmse = sum_r2 > 0 ? sum_d2 / sum_r2 : (sum_d2 > 0 ? INFINITY : 0);
+  {
+    /* an error below the output dtype's smallest normal is not measurable
+     * in it (a reference of 1e-74 is 0 in f32): each element adds that
+     * square to the scale, so outputs that all underflow do not fail NMSE */
+    const double tiny = out.dtype == ATTNC_F64 ? DBL_MIN : (out.dtype == ATTNC_F16 ? 6.103515625e-05 : FLT_MIN);
+    const double scale2 = sum_r2 + (double)n_finite * tiny * tiny;
+    r->nmse = scale2 > 0 ? sum_d2 / scale2 : (sum_d2 > 0 ? INFINITY : 0);
+  }
   r->nmse_max = nmse_max;
   r->ok = worst <= 1 && r->nmse <= nmse_max;
   if (o->grad) {

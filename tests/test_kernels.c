@@ -682,6 +682,89 @@ static void test_kernels_modifiers_plain(void **s)
   form = ATTNC_FORM_FAST;
 }
 
+/* Outputs below f32's range: with ALiBi and far-apart positions a row's
+ * keys can sit 170 below its sink, so the float64 reference holds values
+ * like 1e-74 that f32 stores as 0.  The elementwise bound passes them; the
+ * NMSE must not call that an error either (checker_run). */
+static void test_kernels_underflowing_outputs(void **s)
+{
+  (void)s;
+  for (int plain = 0; plain < 2; plain++) {
+    checker_opts o;
+    checker_result r;
+    memset(&o, 0, sizeof o);
+    o.backend = ATTNC_BACKEND_TCC;
+    o.form = plain ? ATTNC_FORM_PLAIN : ATTNC_FORM_FAST;
+    o.seed = 247;
+    if (!checker_run("mode=core q=2,2,6,16,16 kv=2,2,2,4,16 window=0,4 alibi=4 sinks", &o, &r))
+      fail_msg("%s: NMSE %.3g, max |ref| %.3g: %s", plain ? "plain" : "fast", r.nmse, r.max_ref, r.err.message);
+    assert_true(r.max_ref < 1e-38);
+  }
+  /* in f16 and bf16 the rms-relative elementwise bound shrank with such
+   * outputs: it stops at the dtype's smallest normal */
+  for (int d = 0; d < 2; d++) {
+    checker_opts o;
+    checker_result r;
+    const char *spec = d ? "mqa mode=core q=3,1,33,4 mask=key rope=gptj rope_theta=100.5 alibi=4 sinks dtype=bf16"
+                         : "mqa mode=core q=3,1,33,4 mask=key rope=gptj rope_theta=100.5 alibi=4 sinks dtype=f16";
+    memset(&o, 0, sizeof o);
+    o.backend = ATTNC_BACKEND_TCC;
+    o.seed = 819;
+    if (!checker_run(spec, &o, &r)) fail_msg("%s: max abs error %.3g, max |ref| %.3g: %s", spec, r.max_abs, r.max_ref, r.err.message);
+    assert_true(r.max_ref < 1e-38);
+  }
+}
+
+/* ALiBi with q_pos and k_pos far apart (the checker binds positions that
+ * start independently below 4000 on odd seeds) and a steep slope: every
+ * term slope * (pos_k - pos_q) is large along a row, and f32 logits that
+ * held them lost the precision the softmax needs.  The kernels measure the
+ * keys from the key in line with the query instead; lse takes the row's
+ * constant back.  Both forms, tcc and cc, forward and gradients. */
+static void test_kernels_alibi_far_positions(void **s)
+{
+  static const char *const specs[] = {
+    "mha mode=core q=2,3,3,1,4 kv=2,3,3,1,4 layout=bshc softcap=5 alibi=0.5",
+    "mode=core q=3,8,8,1 kv=3,2,33,1 mask=key causal=bottom_right scale=1.5 alibi=4 lse",
+    "mha x=2,9,8 kv=2,4,6 heads=1 alibi=0.5 lse window=1,2 weights_out",
+    "alphafold x=15,3,12 attn_dim=0 heads=6 kv_heads=3 head_dim=16 gated mask=key alibi=4",
+    "mha x=2,9,8 heads=1 alibi=0.5 cache=12 lse",
+    /* with a sink: a row keeps its true logits where the sink outweighs the keys */
+    "mha x=2,9,8 heads=2 alibi=0.5 sinks lse weights_out",
+    "mqa x=3,3,1,12 kv=8,3,1,10 attn_dim=0 heads=3 head_dim=4 gated mask=key alibi=0.5 sinks",
+    "mode=core q=1,8,8,1 kv=1,2,33,1 alibi=4 sinks lse",
+  };
+  static const char *const grads[] = {
+    "mode=core q=2,3,5,4 alibi=0.5 bias=3,5,5 lse train",
+    "mode=core q=2,3,5,4 alibi=0.5 lse weights_out train dropout=0.5",
+    "mha x=2,9,8 heads=1 alibi=0.5 sinks lse causal train",
+    "mode=core q=1,4,8,2 kv=1,2,13,2 alibi=4 sinks lse train",
+  };
+  int fails = 0;
+  (void)s;
+  for (int g = 0; g < 2; g++)
+    for (size_t i = 0; i < (g ? sizeof grads / sizeof grads[0] : sizeof specs / sizeof specs[0]); i++)
+      for (int v = 0; v < 3; v++) /* fast tcc, plain tcc, fast cc */
+        for (unsigned long seed = 1; seed < 8; seed += 2) {
+          checker_opts o;
+          checker_result r;
+          const char *spec = g ? grads[i] : specs[i];
+          if (v == 2 && seed > 3) continue; /* cc compiles: fewer seeds */
+          memset(&o, 0, sizeof o);
+          o.backend = v == 2 ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC;
+          o.form = v == 1 ? ATTNC_FORM_PLAIN : ATTNC_FORM_FAST;
+          o.seed = seed;
+          o.grad = g;
+          o.threads = 1 + (int)(seed / 2 % 2);
+          if (!checker_run(spec, &o, &r)) {
+            fails++;
+            fprintf(stderr, "FAIL [%s%s%s] %s seed=%lu: %s\n", v == 2 ? "cc" : "tcc", v == 1 ? ", plain form" : "",
+                    g ? ", gradients" : "", spec, seed, r.err.message);
+          }
+        }
+  assert_int_equal(fails, 0);
+}
+
 /* bf16 and f16 storage (the arithmetic in f32) through the same sweeps,
  * each against the reference on the same rounded tensors with DESIGN.md's
  * bounds for its dtype: the fast form with and without the primitives,
@@ -1214,6 +1297,8 @@ int main(int argc, char **argv)
     cmocka_unit_test(test_kernels_int8_tcc), cmocka_unit_test(test_kernels_int8_cc),
     cmocka_unit_test(test_kernels_modifiers_tcc), cmocka_unit_test(test_kernels_modifiers_cc),
     cmocka_unit_test(test_kernels_modifiers_plain),
+    cmocka_unit_test(test_kernels_alibi_far_positions),
+    cmocka_unit_test(test_kernels_underflowing_outputs),
     cmocka_unit_test(test_kernels_cache_tcc), cmocka_unit_test(test_kernels_cache_cc),
     cmocka_unit_test(test_kernels_cache_no_prims_tcc), cmocka_unit_test(test_kernels_cache_plain),
     cmocka_unit_test(test_kernels_cache_decode_equals_one_pass),

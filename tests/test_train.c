@@ -168,6 +168,59 @@ static void test_train_grad_adds_train(void **state)
   assert_non_null(strstr(r.err.message, "train"));
 }
 
+/* With one key per row (Sq = Sk = 1) the softmax is 1 whatever the logits,
+ * so q's and k's projections have gradients that are exactly 0: judged on
+ * a borrowed scale by the elementwise bound, not by an NMSE against 0
+ * that no rounding could meet. */
+static void test_train_grad_one_key(void **state)
+{
+  static const char *const specs[] = {
+    "mha x=1,8 heads=2 train",
+    "mha x=3,1,8 heads=2 mask=key causal train",
+    /* a bias of one number per row (Sk dim 1) is such a constant too */
+    "mode=core q=3,8,3 kv=1,8,3 bias=3,8,1 causal train dropout=0.25 dtype=f64",
+  };
+  (void)state;
+  for (int i = 0; i < 3; i++)
+    for (int seed = 0; seed < 4; seed++) {
+      checker_opts o;
+      checker_result r;
+      memset(&o, 0, sizeof o);
+      o.backend = ATTNC_BACKEND_TCC;
+      o.grad = 1;
+      o.seed = (unsigned long)seed;
+      if (!checker_run(specs[i], &o, &r)) fail_msg("%s seed %d: %s", specs[i], seed, r.err.message);
+    }
+}
+
+
+/* A bias whose strides name a run-time dim (bias=..,S,S): the backward's
+ * forward pass on the attend primitive reads those strides, so it must
+ * declare the named dims as the other passes do (tcc refused the code). */
+static void test_train_grad_named_bias(void **state)
+{
+  static const char *const specs[] = {
+    "mode=core q=1,2,S,1 bias=1,2,S,S train",
+    "mha x=S,3,4 attn_dim=-3 heads=4 head_dim=8 bias=3,4,S,S causal train",
+    "mode=core q=B,2,S,4 bias=B,2,S,S mask=key train dropout=0.25",
+  };
+  static const char *const names[] = { "S", "B" };
+  static const int64_t values[] = { 7, 2 };
+  (void)state;
+  for (int i = 0; i < 3; i++)
+    for (int be = 0; be < 2; be++) {
+      checker_opts o;
+      checker_result r;
+      memset(&o, 0, sizeof o);
+      o.backend = be ? ATTNC_BACKEND_CC : ATTNC_BACKEND_TCC;
+      o.grad = 1;
+      o.seed = (unsigned long)i;
+      o.dim_names = names;
+      o.dim_values = values;
+      o.ndims = i == 2 ? 2 : 1;
+      if (!checker_run(specs[i], &o, &r)) fail_msg("%s [%s]: %s", specs[i], be ? "cc" : "tcc", r.err.message);
+    }
+}
 /* ---- dropout on kernels ------------------------------------------------ */
 
 /* q = k = 0 gives every visible key the weight 1/Sk, and v = the identity
@@ -400,6 +453,8 @@ int main(void)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_train_grad_adds_train),
+    cmocka_unit_test(test_train_grad_one_key),
+    cmocka_unit_test(test_train_grad_named_bias),
     cmocka_unit_test(test_train_dropout_zero),
     cmocka_unit_test(test_train_dropout_mask),
     cmocka_unit_test(test_train_grad_tcc),
