@@ -201,8 +201,18 @@ local function shape_str(dims)
 end
 M.shape_str = shape_str
 
+-- boolean words that are not numbers: alibi=1 is max_bias 1 and softcap=0 an error
+local TRUE_WORDS = { ["true"] = true, yes = true, on = true }
+local FALSE_WORDS = { ["false"] = true, no = true, off = true }
+
 local function parse_value(key, s, pos)
   local kind = KEYS[key]
+  -- the optional keys whose default is "none" take that word (and false)
+  -- back; alibi is a flag too, so its boolean words mean 8 and off
+  if (key == "cache" or key == "softcap" or key == "alibi") and (s == "none" or FALSE_WORDS[s]) then
+    return false
+  end
+  if key == "alibi" and TRUE_WORDS[s] then return 8.0 end
   if kind == "shape" then return parse_shape(s, pos, key)
   elseif kind == "dim" then -- one dim: a positive integer or a name
     if smatch(s, ",") then fail(pos, "%s takes one dim (a number or a name such as CAP), got %s", key, show(s)) end
@@ -593,7 +603,7 @@ end
 -- cache's: query i of batch element b sees keys j <= cache_len[b] + i,
 -- which the canonical form writes causal=bottom_right.
 function M.parse_cache(s, raw, forbid)
-  if not raw.cache then
+  if not (raw.cache and raw.cache.value) then
     forbid("kv_dtype", "sets the storage of a KV cache; it needs cache=CAP")
     return
   end

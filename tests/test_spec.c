@@ -702,6 +702,19 @@ static void test_spec_key_modifiers(void **state)
   assert_false(has_key(c, "alibi"));
   canon("mha mode=core q=B,4,S,16 alibi lse", c);
   assert_word(c, "alibi=8.0");
+  /* alibi is a flag, so its boolean words work as any flag's; softcap and
+   * cache default to none, so that word (or false) means off */
+  canon("mha x=B,S,64 heads=4 alibi=true", c);
+  assert_word(c, "alibi=8.0");
+  canon("mha x=B,S,64 heads=4 alibi=false softcap=none cache=none", c);
+  assert_false(has_key(c, "alibi"));
+  assert_false(has_key(c, "softcap"));
+  assert_false(has_key(c, "cache"));
+  assert_word(c, "causal=none");
+  canon("mha x=B,S,64 heads=4 alibi=off cache=false causal=top_left", c);
+  assert_false(has_key(c, "alibi"));
+  assert_false(has_key(c, "cache"));
+  expect_err_named("mha x=B,S,64 heads=4 cache=none kv_dtype=int8", NULL, 1, 33, "it needs cache=CAP");
   expect_err_named("mha x=B,S,64 heads=4 softcap=0", NULL, 1, 30, "softcap must be a positive number");
   expect_err_named("mha x=B,S,64 heads=4 alibi=-2", NULL, 1, 28, "alibi must be a positive max_bias");
   expect_err_named("mha x=B,S,64 heads=4 sinks empty_rows=uniform", NULL, 1, 22, "sinks with empty_rows=uniform");
