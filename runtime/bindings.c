@@ -506,8 +506,8 @@ static attnc_status prepare_mask(attnc_bindings *b, attnc_error *err)
     int ba = nb - (m - 1 - a); /* the batch axis this mask axis aligns with */
     int64_t want = resolve(b, g->mask.dim[ba]);
     if (t->shape[a] != want && t->shape[a] != 1)
-      return attnc_err_set(err, ATTNC_EBIND, "mask %s: axis %d is %lld but must be 1 or %lld (batch axis %d; mask dims align from the right)",
-                           got, a, (long long)t->shape[a], (long long)want, ba);
+      return attnc_err_set(err, ATTNC_EBIND, "mask %s: axis %d is %lld but must be %s%lld (batch axis %d; mask dims align from the right)",
+                           got, a, (long long)t->shape[a], want == 1 ? "" : "1 or ", (long long)want, ba);
     b->mask_stride[ba] = t->shape[a] == 1 ? 0 : (long)stride;
     stride *= t->shape[a];
   }
@@ -564,7 +564,7 @@ static attnc_status broadcast_int64(attnc_bindings *b, const attnc_tensor *t, co
     const int exact = last_exact && fa == r - 1;
     if (t->shape[a] != dims[fa] && (t->shape[a] != 1 || exact))
       return attnc_err_set(err, ATTNC_EBIND, "%s %s: axis %d is %lld but must be %s%lld (dims align from the right)", name, got, a,
-                           (long long)t->shape[a], exact ? "" : "1 or ", (long long)dims[fa]);
+                           (long long)t->shape[a], exact || dims[fa] == 1 ? "" : "1 or ", (long long)dims[fa]);
     stride[fa] = t->shape[a] == 1 ? 0 : st;
     st *= t->shape[a];
   }

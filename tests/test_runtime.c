@@ -627,6 +627,40 @@ static void test_runtime_positions(void **state)
   attnc_release(k);
 }
 
+static attnc_tensor tn(attnc_dtype dt, void *data, int rank, ...);
+
+/* A batch axis of size 1 takes only 1: the message names that one value
+ * (not "1 or 1"), for positions as for the mask. */
+static void test_runtime_positions_batch_one(void **state)
+{
+  int64_t kp[2 * 5] = { 0 };
+  unsigned char m[2 * 5] = { 0 };
+  float qkv[2 * 5 * 4] = { 0 };
+  int pass;
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha mode=core q=1,2,3,4 kv=1,2,5,4 rope=neox mask=key", NULL, &e);
+  attnc_bindings *b;
+  attnc_tensor tk = t2(2, 5, kp), tm = t2(2, 5, m);
+  (void)state;
+  assert_non_null(k);
+  tk.dtype = ATTNC_I64;
+  tm.dtype = ATTNC_U8;
+  for (pass = 0; pass < 2; pass++) {
+    attnc_tensor tq = tn(ATTNC_F32, qkv, 4, 1, 2, 3, 4), tkv = tn(ATTNC_F32, qkv, 4, 1, 2, 5, 4);
+    b = attnc_bindings_new(k);
+    assert_int_equal(attnc_bind(b, "q", &tq, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b, "k", &tkv, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b, "v", &tkv, &e), ATTNC_OK);
+    e.message[0] = 0;
+    if (attnc_bind(b, pass ? "mask" : "k_pos", pass ? &tm : &tk, &e) == ATTNC_OK)
+      assert_int_equal(attnc_output_shape(b, NULL, &e), ATTNC_EBIND);
+    assert_non_null(strstr(e.message, pass ? "axis 0 is 2 but must be 1 (batch axis 0"
+                                           : "k_pos (2, 5): axis 0 is 2 but must be 1 (dims align"));
+    attnc_bindings_free(b);
+  }
+  attnc_release(k);
+}
+
 /* Inputs bound in another dtype are converted on every run (their data
  * may change between runs), and F64 data meets an f32 kernel rounded once,
  * as the caller's own cast to float would round it. */
@@ -1447,6 +1481,7 @@ int main(void)
     cmocka_unit_test(test_runtime_int8_by_head_same_bits),
     cmocka_unit_test(test_runtime_lse_output),
     cmocka_unit_test(test_runtime_positions),
+    cmocka_unit_test(test_runtime_positions_batch_one),
     cmocka_unit_test(test_runtime_rebind_repacks),
     cmocka_unit_test(test_runtime_safetensors_prefix),
     cmocka_unit_test(test_runtime_dump_dir),
