@@ -370,9 +370,12 @@ function M.parse(text)
     forbid("layout", "is for mode=core; full mode lays out its own projections")
     -- the projection weights' storage: int8 (with per-row scales) or a dtype
     s.weights = get("weights", s.dtype)
-    if (s.dtype == "f64") ~= (s.weights == "f64") and s.weights ~= "int8" then
-      fail(pos("weights"), "weights=%s with dtype=%s: an f64 kernel takes f64 or int8 weights and the others take f32, bf16, f16 or int8; drop weights= or use weights=%s",
-        s.weights, s.dtype, s.dtype == "f64" and "int8" or "bf16")
+    s.weights_word = s.weights -- as written, for the canonical form
+    -- f64 weights in an f32-arithmetic kernel, or f32/bf16/f16 weights in
+    -- an f64 one: the kernel holds them in its arithmetic's precision,
+    -- converted once at bind time (f64 rounded to f32, the others exact)
+    if s.weights ~= "int8" and (s.dtype == "f64") ~= (s.weights == "f64") then
+      s.weights = s.dtype == "f64" and "f64" or "f32"
     end
     s.layout = "bhsc"
     if not raw.x then fail(whole, "missing key 'x': the query input shape, e.g. x=B,S,512") end
@@ -587,10 +590,12 @@ function M.parse_train(s, raw, pos)
   if s.dtype ~= "f32" and s.dtype ~= "f64" then
     fail(raw.train.keypos, "train with dtype=%s: gradients are computed in f32 or f64 (use dtype=f32, or dtype=f64)", s.dtype)
   end
-  if s.weights and s.weights ~= s.dtype then
-    fail(raw.train.keypos, "train with weights=%s: the weights get gradients, so they are stored as dtype=%s (drop weights=%s)",
-      s.weights, s.dtype, s.weights)
+  if s.weights == "int8" then
+    fail(raw.train.keypos, "train with weights=int8: the weights get gradients, so they are stored as dtype=%s (drop weights=int8)", s.dtype)
   end
+  -- 16-bit (or f32 in an f64 kernel) float weights: held in dtype, widened
+  -- exactly once at bind time, so their gradients are dtype's
+  if s.weights then s.weights = s.dtype end
   if s.cache then
     fail(raw.train.keypos, "train with cache: a KV cache is for decoding, which computes no gradients (drop cache, or train)")
   end
@@ -734,7 +739,8 @@ function M.canonical(s, noname)
   if s.train then add("train", "true") end
   if s.dropout and s.dropout > 0 then add("dropout", fmt_decimal(s.dropout)) end
   add("dtype", s.dtype)
-  if s.weights and s.weights ~= s.dtype then add("weights", s.weights) end -- v1 canonical strings keep their form
+  local w = s.weights_word or s.weights
+  if w and w ~= s.dtype then add("weights", w) end -- v1 canonical strings keep their form
   if s.kv_dtype and s.kv_dtype ~= s.dtype then add("kv_dtype", s.kv_dtype) end
   if not noname then add("name", s.name) end
   return concat(t, " ")

@@ -673,8 +673,19 @@ static void test_spec_key_dtype_weights(void **state)
   assert_word(c, "weights=int8");
   canon("mha x=B,S,64 heads=4", c);
   assert_false(has_key(c, "weights"));
-  expect_err_named("mha x=B,S,64 heads=4 dtype=f64 weights=bf16", NULL, 1, 40, "an f64 kernel takes f64 or int8 weights");
-  expect_err_named("mha x=B,S,64 heads=4 weights=f64", NULL, 1, 30, "drop weights= or use weights=bf16");
+  /* weights is int8 or any dtype: f64 weights in an f32 kernel, or 16-bit
+   * ones in an f64 kernel, are written as given (and held in the
+   * arithmetic's precision) */
+  canon("mha x=B,S,64 heads=4 dtype=f64 weights=bf16", c);
+  assert_word(c, "weights=bf16");
+  assert_word(c, "dtype=f64");
+  canon("mha x=B,S,64 heads=4 weights=f64", c);
+  assert_word(c, "weights=f64");
+  canon("mha x=B,S,64 heads=4 dtype=f16 weights=f64", c);
+  assert_word(c, "weights=f64");
+  canon("mha x=B,S,64 heads=4 train weights=bf16", c);
+  assert_word(c, "weights=bf16");
+  assert_word(c, "train=true");
   expect_err_named("mha x=B,S,64 heads=4 weights=int4", NULL, 1, 30, "weights must be one of int8, f32, f64, bf16, f16");
   expect_err_named("mha mode=core q=B,4,S,16 weights=int8", NULL, 1, 26, "'weights' does not apply in mode=core");
 }

@@ -54,6 +54,9 @@ static const char *const GRAD_SPECS[] = {
   "alphafold x=2,2,150,8 heads=2 head_dim=4 gated bias=2,150,150 mask=key",
   "mha mode=core q=2,2,3,8 kv=2,2,150,8 bias=2,2,3,150 softcap=3",
   "gqa x=2,150,16 heads=4 kv_heads=2 bias=1,150,150 causal",
+  /* float weights stored otherwise than dtype: held in dtype once bound */
+  "mha x=2,S,16 heads=2 causal weights=bf16",
+  "mha x=2,S,16 heads=2 mask=key dtype=f64 weights=f32",
 };
 
 struct tally {
