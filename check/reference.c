@@ -94,7 +94,7 @@ static int resolve_full(const ref_problem *p, geom *g)
   /* A cache: self-attention whose keys are the CAP cache positions; the new
    * rows must fit (cache_len + Sq <= CAP is checked per batch element). */
   if (p->cache) {
-    if (p->global || p->pe != REF_PE_NONE || p->cache < g->Sq) return -1;
+    if (p->global || p->cache < g->Sq) return -1;
     if (p->kv_dtype < REF_KV_F64 || p->kv_dtype > REF_KV_INT8) return -1;
     for (int a = 0; a < r; a++)
       if (p->kv[a] != p->x[a]) return -1;
@@ -676,7 +676,13 @@ static void cache_keys(const ref_problem *p, const ref_tensors *t, const geom *g
       memcpy(v + j * kvw + e * c, t->v_cache + blk + (e * cap + j) * c, (size_t)c * sizeof *v);
     }
   for (long i = 0; i < g->Sq; i++) {
-    const double *x_i = x_row(p, t, g, bidx, i, xr);
+    /* x's new row i is key len + i: with pe, encoded at that key's position */
+    const double *x_i = t->x + row_index(p->x, p->rank, p->attn_axis, bidx, i) * g->c_in;
+    if (p->pe != REF_PE_NONE) {
+      memcpy(xr, x_i, (size_t)g->c_in * sizeof *xr);
+      add_sinusoid(key_pos(p, t, g, bidx, len + i), g->c_in, xr);
+      x_i = xr;
+    }
     double *k_j = k + (len + i) * kvw, *v_j = v + (len + i) * kvw;
     linear(x_i, g->c_in, t->wk, p->qkv_bias ? t->bk : NULL, kvw, k_j);
     linear(x_i, g->c_in, t->wv, p->qkv_bias ? t->bv : NULL, kvw, v_j);

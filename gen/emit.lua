@@ -67,14 +67,17 @@ function M.widened(p)
       insert(out, { slot = SLOT_NAMES[t.slot], key = t.slot, n = plan.prod(t.shape), kind = kind,
                     pe = pe and { width = t.slot == "x" and "C_IN" or "C_KV", step = t.slot == "x" and p.x_step or p.kv_step,
                                   len = t.slot == "x" and "Sq" or "Sk", n_in = t.shape[#t.shape],
-                                  pos = t.slot == "x" and "ATTNC_SLOT_Q_POS" or "ATTNC_SLOT_K_POS" } or nil,
+                                  pos = t.slot == "x" and "ATTNC_SLOT_Q_POS" or "ATTNC_SLOT_K_POS",
+                                  cache = p.cache and true, pos_len = "Sq", from_start = 0 } or nil,
                     packable = t.role == "matrix", n_in = t.shape[2],
                     scale = kind == "int8" and SLOT_NAMES[t.slot .. "_scale"] or nil, src = SLOT_NAMES[t.slot] })
       -- self-attention with pe: the k and v projections read x encoded at
       -- the key positions (k_pos), a second copy in the kv slot
       if pe and p.self then
         insert(out, { slot = SLOT_NAMES.kv, src = SLOT_NAMES.x, key = "kv (x at the key positions)", n = plan.prod(t.shape), kind = kind,
-                      pe = { width = "C_IN", step = p.kv_step, len = "Sk", pos = "ATTNC_SLOT_K_POS" } })
+                      pe = { width = "C_IN", step = p.kv_step, len = p.cache and "Sq" or "Sk", pos = "ATTNC_SLOT_K_POS",
+                             -- a cache: x's new row i is key cache_len + i, and k_pos numbers the CAP positions
+                             cache = p.cache and true, pos_len = "Sk", from_start = 1 } })
       end
     end
   end

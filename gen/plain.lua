@@ -22,7 +22,7 @@ for w in ([[
   wq bq wk bk wv bv wg bg wo bo bias mask mask_b bias_bhi k_bh v_bh q_i o_i
   linear linear_bias split_heads merge_heads mean_query scale scores add_bias apply_mask softmax
   weighted_sum gate done ok
-  softcap add_alibi slopes sinks sink_h lse log logf tanh tanhf rope freqs cos sin pow add_pe copy_real q_pos k_pos pos_q pos_k heads
+  softcap add_alibi slopes sinks sink_h lse log logf tanh tanhf rope freqs cos sin pow add_pe add_pe_cache copy_real q_pos k_pos pos_q pos_k heads
   cache_len k_cache v_cache k_cache_scale v_cache_scale kv_store kv_load kv_t start nk k_new_h v_new_h qp kp
   project d_project to_heads from_heads rotate row_t row_logit row_forward row_backward philox keep
   d_x d_kv d_q d_k d_v d_o d_og og d_bias d_sinks d_out q_mean n_mean d_q_h d_k_h d_v_h d_o_h d_q_mean D dO sg g_d
@@ -108,7 +108,8 @@ function M.env(p)
   local wide = require("emit").widened(p)
   for _, w in ipairs(wide) do
     insert(e.wide, { slot = w.slot, src = w.src, key = w.key, n = ex(w.n), kind = w.kind, scale = w.scale, n_in = w.n_in,
-                     pe = w.pe and { width = w.pe.width, step = ex(w.pe.step), len = w.pe.len, pos = w.pe.pos } or nil })
+                     pe = w.pe and { width = w.pe.width, step = ex(w.pe.step), len = w.pe.len, pos = w.pe.pos,
+                                     cache = w.pe.cache, pos_len = w.pe.pos_len, from_start = w.pe.from_start } or nil })
   end
   e.widen = #wide > 0
   if p.store then e.out_n = ex(plan.prod(p.sig.out)) end

@@ -621,9 +621,6 @@ function M.parse_cache(s, raw, forbid)
   if raw.causal and not (raw.causal.flag or raw.causal.text == "true" or raw.causal.text == "bottom_right") then
     fail(raw.causal.pos, "causal=%s with cache: a cache is causal from the end (query i sees keys up to cache_len + i, as causal=bottom_right); drop causal=", raw.causal.text)
   end
-  if raw.pe and raw.pe.value ~= "none" then
-    fail(raw.pe.keypos, "pe with cache is not supported: the encoding of x at cache positions is not implemented; add the encoding to x before the kernel, or drop cache")
-  end
   s.cache = raw.cache.value
   s.causal = "bottom_right"
   s.Sk = s.cache

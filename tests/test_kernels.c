@@ -936,7 +936,7 @@ static void test_kernels_16_no_prims_tcc(void **s)
  * (Sn = 1) over caches of every kv_dtype, with heads, GQA and MQA, head
  * dims 4..64, batch axes 0..2, per-sequence cache_len (a scalar for some
  * seeds), masks over the cache, windows, both ropes, alibi, softcap,
- * sinks, lse, weights_out and bias, in f32, bf16 and f64, and with int8
+ * sinks, lse, weights_out, bias and pe, in f32, bf16 and f64, and with int8
  * weights.  The checker
  * compares out, lse and attn, the rows the run wrote into the caches,
  * and that no other row changed.  Each spec runs with a kv_dtype and a
@@ -960,6 +960,9 @@ static void sweep_cache(attnc_backend be)
     /* at least 1024 positions: a short query splits its keys over the threads (and each split chunks them) */
     "gqa x=B,S,32 heads=4 kv_heads=2 cache=1500 mask=key window=700,0",
     "mqa x=B,S,16 heads=2 cache=1100 rope=neox",
+    /* pe: x's new rows encoded at cache_len + i (or q_pos, and k_pos at those keys) */
+    "mha x=B,S,16 heads=2 cache=24 pe=sinusoidal",
+    "gqa x=B,S,32 heads=4 kv_heads=2 cache=40 pe=sinusoidal rope=gptj alibi gated",
   };
   static const char *const kv[] = { "", " kv_dtype=bf16", " kv_dtype=f16", " kv_dtype=int8", " kv_dtype=f32" };
   static const char *const dt[] = { "", " dtype=bf16", " dtype=f64" };
