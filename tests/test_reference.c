@@ -1540,7 +1540,7 @@ static void test_reference_cache_uniform_empty_rows(void **state)
 }
 
 /* A run whose rows do not fit, a cache_len that is no position, and
- * combinations the spec language refuses. */
+ * combinations the spec language refuses (pe is not one of them). */
 static void test_reference_cache_rejects(void **state)
 {
   (void)state;
@@ -1562,8 +1562,8 @@ static void test_reference_cache_rejects(void **state)
   q.cache = 1;   /* CAP < Sn */
   assert_int_equal(ref_attention(&q, &t, out), -1);
   q = p;
-  q.pe = REF_PE_SINUSOIDAL;
-  assert_int_equal(ref_attention(&q, &t, out), -1);
+  q.pe = REF_PE_SINUSOIDAL;   /* pe with a cache: x's new rows encoded at their positions */
+  assert_int_equal(ref_attention(&q, &t, out), 0);
   q = p;
   q.global = 1;
   q.rope = REF_ROPE_NONE;
