@@ -213,7 +213,8 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
     return attnc_err_set(err, ATTNC_EBIND, "tensor '%s' has an unknown dtype (%d)", name, (int)t->dtype);
   if (slot == -1) {
     if (quiet) return ATTNC_OK;
-    return attnc_err_set(err, ATTNC_EBIND, "unknown tensor name '%s' (inputs: x, kv, bias, mask, q, k, v; weights: linear_q.weight, q_proj.weight, in_proj_weight, ...)", name);
+    return attnc_err_set(err, ATTNC_EBIND, "unknown tensor name '%s' (inputs: x, kv, bias, mask, q, k, v, sinks, q_pos, k_pos, rope_freqs, "
+                         "k_cache, v_cache, cache_len; weights: linear_q.weight, q_proj.weight, in_proj_weight, ...)", name);
   }
   if (slot <= -2) {
     if (g->core || (!g->qkv_bias && slot == -3) || (g->wdtype != ATTNC_I8 && slot == -4)) {

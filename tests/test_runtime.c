@@ -145,6 +145,7 @@ static void test_runtime_shape_errors_name_tensor_and_axis(void **state)
   assert_non_null(strstr(e.message, "does not use 'linear_g.weight'"));
   assert_int_equal(attnc_bind(b, "haeds", &w, &e), ATTNC_EBIND);
   assert_non_null(strstr(e.message, "unknown tensor name 'haeds'"));
+  assert_non_null(strstr(e.message, "sinks, q_pos, k_pos, rope_freqs, k_cache, v_cache, cache_len")); /* the v2 inputs too */
   assert_int_equal(attnc_bind(b, "x", &x, &e), ATTNC_OK);
   assert_int_equal(attnc_bind(b, "linear_q.weight", &bad, &e), ATTNC_OK);
   assert_int_equal(attnc_bind(b, "linear_k.weight", &w, &e), ATTNC_OK);
