@@ -197,6 +197,30 @@ static void test_train_grad_one_key(void **state)
 }
 
 
+/* empty_rows=nan: a row that sees no key is NaN in out, and the backward
+ * lets that NaN reach the gradients it feeds (dv of its keys, the output
+ * projection's weight), as PyTorch's backward through an all -inf softmax
+ * does.  The checker judges the gradients' numbers and lets those NaNs be;
+ * these seeds draw key masks that leave some rows empty (the checker
+ * refused them before). */
+static void test_train_grad_nan_rows(void **state)
+{
+  static const struct { const char *spec; unsigned long seed; } cases[] = {
+    { "mha x=2,3,8 kv=2,1,8 heads=1 mask=key empty_rows=nan train", 1 },
+    { "mode=core q=1,1,2,1 kv=1,1,1,1 mask=key empty_rows=nan train", 341 },
+  };
+  (void)state;
+  for (int i = 0; i < 2; i++) {
+    checker_opts o;
+    checker_result r;
+    memset(&o, 0, sizeof o);
+    o.backend = ATTNC_BACKEND_TCC;
+    o.grad = 1;
+    o.seed = cases[i].seed;
+    if (!checker_run(cases[i].spec, &o, &r)) fail_msg("%s seed %lu: %s", cases[i].spec, cases[i].seed, r.err.message);
+  }
+}
+
 /* A bias whose strides name a run-time dim (bias=..,S,S): the backward's
  * forward pass on the attend primitive reads those strides, so it must
  * declare the named dims as the other passes do (tcc refused the code). */
@@ -458,6 +482,7 @@ int main(void)
     cmocka_unit_test(test_train_grad_adds_train),
     cmocka_unit_test(test_train_grad_one_key),
     cmocka_unit_test(test_train_grad_named_bias),
+    cmocka_unit_test(test_train_grad_nan_rows),
     cmocka_unit_test(test_train_dropout_zero),
     cmocka_unit_test(test_train_dropout_mask),
     cmocka_unit_test(test_train_grad_tcc),
