@@ -264,21 +264,26 @@ static int generated_has(const char *spec, const char *needle)
  * and again after k and v change in their bound buffers. */
 static void test_kernels_layout_bshc_is_a_transpose(void **s)
 {
-  static const struct { const char *bhsc, *bshc; long B, H, G, Sq, Sk, C; } cases[] = {
-    { "mha mode=core q=2,4,S,16 kv=2,2,T,16 causal=bottom_right", "mha mode=core q=2,S,4,16 kv=2,T,2,16 layout=bshc causal=bottom_right", 2, 4, 2, 37, 45, 16 },
-    { "mha mode=core q=1,8,S,32 kv=1,2,T,32", "mha mode=core q=1,S,8,32 kv=1,T,2,32 layout=bshc", 1, 8, 2, 1, 2000, 32 },
+  static const struct { const char *bhsc, *bshc; long B, H, G, Sq, Sk, C; attnc_dtype out; } cases[] = {
+    { "mha mode=core q=2,4,S,16 kv=2,2,T,16 causal=bottom_right", "mha mode=core q=2,S,4,16 kv=2,T,2,16 layout=bshc causal=bottom_right", 2, 4, 2, 37, 45, 16, ATTNC_F32 },
+    { "mha mode=core q=1,8,S,32 kv=1,2,T,32", "mha mode=core q=1,S,8,32 kv=1,T,2,32 layout=bshc", 1, 8, 2, 1, 2000, 32, ATTNC_F32 },
     /* one kv head: a thread's first tile of a run is of the head its last
      * tile of the run before was */
-    { "mha mode=core q=1,2,S,16 kv=1,1,T,16", "mha mode=core q=1,S,2,16 kv=1,T,1,16 layout=bshc", 1, 2, 1, 37, 45, 16 },
-    /* several query tiles and key tiles per kv head, a head width that is
-     * not whole vectors: the first tile of a head copies k and v as it
-     * streams them (attend_pack), the keys its rows do not see (causal)
-     * after; the head's other tiles read the copy.  In the second, two
-     * threads' shares split a head after its first tile, so that the
+    { "mha mode=core q=1,2,S,16 kv=1,1,T,16", "mha mode=core q=1,S,2,16 kv=1,T,1,16 layout=bshc", 1, 2, 1, 37, 45, 16, ATTNC_F32 },
+    /* several query tiles and key tiles per kv head, whose rows spread
+     * over more than 2 MiB (the fast form copies such a head), a head
+     * width that is not whole vectors: the first tile of a head copies k
+     * and v as it streams them (attend_pack), the keys its rows do not see
+     * (causal) after; the head's other tiles read the copy.  In the second,
+     * two threads' shares split a head after its first tile, so that the
      * second thread's first tile of it is a short one (6 rows: attend_pack's
      * other path) */
-    { "mha mode=core q=2,4,S,24 kv=2,2,T,24 causal", "mha mode=core q=2,S,4,24 kv=2,T,2,24 layout=bshc causal", 2, 4, 2, 196, 230, 24 },
-    { "mha mode=core q=1,3,S,64 kv=1,3,T,64 window=70,5", "mha mode=core q=1,S,3,64 kv=1,T,3,64 layout=bshc window=70,5", 1, 3, 3, 70, 333, 64 },
+    { "mha mode=core q=1,32,S,24 kv=1,32,T,24 causal", "mha mode=core q=1,S,32,24 kv=1,T,32,24 layout=bshc causal", 1, 32, 32, 196, 700, 24, ATTNC_F32 },
+    { "mha mode=core q=1,3,S,64 kv=1,3,T,64 window=70,5", "mha mode=core q=1,S,3,64 kv=1,T,3,64 layout=bshc window=70,5", 1, 3, 3, 70, 2800, 64, ATTNC_F32 },
+    /* a bf16 kernel's copy (the C loop's, not attend_pack's) */
+    { "mha mode=core q=1,3,S,64 kv=1,3,T,64 window=70,5 dtype=bf16", "mha mode=core q=1,S,3,64 kv=1,T,3,64 layout=bshc window=70,5 dtype=bf16", 1, 3, 3, 70, 2800, 64, ATTNC_BF16 },
+    /* the same on rows that spread over less: read as they are */
+    { "mha mode=core q=2,4,S,24 kv=2,2,T,24 causal", "mha mode=core q=2,S,4,24 kv=2,T,2,24 layout=bshc causal", 2, 4, 2, 196, 230, 24, ATTNC_F32 },
   };
   size_t c;
   (void)s;
@@ -314,9 +319,11 @@ static void test_kernels_layout_bshc_is_a_transpose(void **s)
         attnc_kernel *k1 = attnc_compile(cases[c].bhsc, &opts, &e), *k2 = attnc_compile(cases[c].bshc, &opts, &e);
         attnc_bindings *b1, *b2;
         attnc_tensor tq = { ATTNC_F32, 4, { B, H, Sq, C }, q }, tk = { ATTNC_F32, 4, { B, G, Sk, C }, k },
-                     tv = { ATTNC_F32, 4, { B, G, Sk, C }, v }, to = { ATTNC_F32, 4, { B, H, Sq, C }, o };
+                     tv = { ATTNC_F32, 4, { B, G, Sk, C }, v }, to = { cases[c].out, 4, { B, H, Sq, C }, o };
         attnc_tensor uq = { ATTNC_F32, 4, { B, Sq, H, C }, qt }, uk = { ATTNC_F32, 4, { B, Sk, G, C }, kt },
-                     uv = { ATTNC_F32, 4, { B, Sk, G, C }, vt }, uo = { ATTNC_F32, 4, { B, Sq, H, C }, ot };
+                     uv = { ATTNC_F32, 4, { B, Sk, G, C }, vt }, uo = { cases[c].out, 4, { B, Sq, H, C }, ot };
+        /* out's elements compared by their bits: f32, or bf16 (2 bytes) */
+        const size_t es = cases[c].out == ATTNC_BF16 ? 2 : 4;
         assert_non_null(k1);
         assert_non_null(k2);
         b1 = attnc_bindings_new(k1);
@@ -335,10 +342,10 @@ static void test_kernels_layout_bshc_is_a_transpose(void **s)
             for (h = 0; h < H; h++)
               for (i = 0; i < Sq; i++)
                 for (d = 0; d < C; d++)
-                  if (ot[((b * Sq + i) * H + h) * C + d] != o[((b * H + h) * Sq + i) * C + d])
-                    fail_msg("%s (%s form, %d threads, run %d): out[%ld][%ld][%ld][%ld] is %.9g, the bhsc kernel's %.9g",
-                             cases[c].bshc, plain ? "plain" : "fast", threads, round + 1, b, i, h, d,
-                             (double)ot[((b * Sq + i) * H + h) * C + d], (double)o[((b * H + h) * Sq + i) * C + d]);
+                  if (memcmp((char *)ot + (size_t)(((b * Sq + i) * H + h) * C + d) * es,
+                             (char *)o + (size_t)(((b * H + h) * Sq + i) * C + d) * es, es) != 0)
+                    fail_msg("%s (%s form, %d threads, run %d): out[%ld][%ld][%ld][%ld] differs from the bhsc kernel's",
+                             cases[c].bshc, plain ? "plain" : "fast", threads, round + 1, b, i, h, d);
           /* new k and v in the same buffers: a second run must not take
            * the copies of k and v (the fast form's, per thread) of the first */
           for (i = 0; i < (long)nk; i++) {
