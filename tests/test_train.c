@@ -175,6 +175,18 @@ static void test_train_grad_adds_train(void **state)
  * so q's and k's projections have gradients that are exactly 0: judged on
  * a borrowed scale by the elementwise bound, not by an NMSE against 0
  * that no rounding could meet. */
+/* check --grad of spec on tcc with one seed: fails the test with the checker's message */
+static void grad_ok(const char *spec, unsigned long seed)
+{
+  checker_opts o;
+  checker_result r;
+  memset(&o, 0, sizeof o);
+  o.backend = ATTNC_BACKEND_TCC;
+  o.grad = 1;
+  o.seed = seed;
+  if (!checker_run(spec, &o, &r)) fail_msg("%s seed %lu: %s", spec, seed, r.err.message);
+}
+
 static void test_train_grad_one_key(void **state)
 {
   static const char *const specs[] = {
@@ -185,15 +197,7 @@ static void test_train_grad_one_key(void **state)
   };
   (void)state;
   for (int i = 0; i < 3; i++)
-    for (int seed = 0; seed < 4; seed++) {
-      checker_opts o;
-      checker_result r;
-      memset(&o, 0, sizeof o);
-      o.backend = ATTNC_BACKEND_TCC;
-      o.grad = 1;
-      o.seed = (unsigned long)seed;
-      if (!checker_run(specs[i], &o, &r)) fail_msg("%s seed %d: %s", specs[i], seed, r.err.message);
-    }
+    for (unsigned long seed = 0; seed < 4; seed++) grad_ok(specs[i], seed);
 }
 
 
@@ -210,15 +214,7 @@ static void test_train_grad_nan_rows(void **state)
     { "mode=core q=1,1,2,1 kv=1,1,1,1 mask=key empty_rows=nan train", 341 },
   };
   (void)state;
-  for (int i = 0; i < 2; i++) {
-    checker_opts o;
-    checker_result r;
-    memset(&o, 0, sizeof o);
-    o.backend = ATTNC_BACKEND_TCC;
-    o.grad = 1;
-    o.seed = cases[i].seed;
-    if (!checker_run(cases[i].spec, &o, &r)) fail_msg("%s seed %lu: %s", cases[i].spec, cases[i].seed, r.err.message);
-  }
+  for (int i = 0; i < 2; i++) grad_ok(cases[i].spec, cases[i].seed);
 }
 
 /* A bias whose strides name a run-time dim (bias=..,S,S): the backward's
