@@ -171,10 +171,6 @@ static void test_train_grad_adds_train(void **state)
   assert_non_null(strstr(r.err.message, "train"));
 }
 
-/* With one key per row (Sq = Sk = 1) the softmax is 1 whatever the logits,
- * so q's and k's projections have gradients that are exactly 0: judged on
- * a borrowed scale by the elementwise bound, not by an NMSE against 0
- * that no rounding could meet. */
 /* check --grad of spec on tcc with one seed: fails the test with the checker's message */
 static void grad_ok(const char *spec, unsigned long seed)
 {
@@ -187,6 +183,10 @@ static void grad_ok(const char *spec, unsigned long seed)
   if (!checker_run(spec, &o, &r)) fail_msg("%s seed %lu: %s", spec, seed, r.err.message);
 }
 
+/* With one key per row (Sq = Sk = 1) the softmax is 1 whatever the logits,
+ * so q's and k's projections have gradients that are exactly 0: judged on
+ * a borrowed scale by the elementwise bound, not by an NMSE against 0
+ * that no rounding could meet. */
 static void test_train_grad_one_key(void **state)
 {
   static const char *const specs[] = {
