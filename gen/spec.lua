@@ -552,7 +552,8 @@ function M.parse(text)
     end
     s.rope_dim = get("rope_dim", s.head_dim)
     if s.rope_dim < 2 or s.rope_dim % 2 ~= 0 or s.rope_dim > s.head_dim then
-      fail(pos("rope_dim"), "rope_dim=%d must be even, at least 2 and at most head_dim=%d (the rotated features come in pairs)", s.rope_dim, s.head_dim)
+      fail(pos("rope_dim"), "rope_dim=%d must be even, at least 2 and at most head_dim=%d (the rotated features come in pairs)%s",
+           s.rope_dim, s.head_dim, s.rope_dim == 0 and "; to rotate nothing, leave rope out (rope=none)" or "")
     end
     s.rope_theta = get("rope_theta", 10000.0)
     if not (s.rope_theta > 1) then fail(pos("rope_theta"), "rope_theta must be greater than 1 (the angle base), got %g", s.rope_theta) end

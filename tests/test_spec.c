@@ -744,6 +744,7 @@ static void test_spec_key_modifiers(void **state)
   expect_err_named("mha x=B,S,64 heads=4 rope_dim=8", NULL, 1, 22, "'rope_dim' needs rope=neox or rope=gptj");
   expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_dim=7", NULL, 1, 41, "rope_dim=7 must be even");
   expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_dim=32", NULL, 1, 41, "at most head_dim=16");
+  expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_dim=0", NULL, 1, 41, "to rotate nothing, leave rope out");
   expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_theta=1", NULL, 1, 43, "rope_theta must be greater than 1");
   expect_err_named("alphafold x=B,S,64 heads=4 global rope=neox", NULL, 1, 35, "rope does not apply to global attention");
   expect_err_named("mha x=B,S,64 heads=4 rope=yes", NULL, 1, 27, "rope must be one of neox, gptj, none");
