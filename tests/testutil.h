@@ -31,7 +31,7 @@ static inline double tu_compare(const double *got, const double *want, size_t n,
   return worst;
 }
 
-/* Copy a tensor of F32/F64 into a new double array (NULL on failure). */
+/* Copy a tensor of F32, F64, BF16, F16 or I8 into a new double array (NULL on failure). */
 static inline double *tu_to_double(const attnc_tensor *t, size_t *count)
 {
   size_t n = 1, i;
@@ -54,7 +54,9 @@ static inline double *tu_to_double(const attnc_tensor *t, size_t *count)
         d[i] = (h & 0x8000) ? -mag : mag;
       }
     } else {
-      d[i] = t->dtype == ATTNC_F32 ? (double)((const float *)t->data)[i] : ((const double *)t->data)[i];
+      d[i] = t->dtype == ATTNC_F32  ? (double)((const float *)t->data)[i]
+             : t->dtype == ATTNC_I8 ? (double)((const int8_t *)t->data)[i]
+                                    : ((const double *)t->data)[i];
     }
   }
   if (count) *count = n;

@@ -24,9 +24,12 @@
 # zero/uniform/nan, mode=core, dtype f32/f64/bf16/f16.  Masking is an exact -inf
 # fill with explicit handling of rows that see no key (no -1e8 trick).
 #
-# The v2 cases (rope, alibi, softcap, sinks, lse, pe) follow the model
+# The v2 cases (rope, alibi, softcap, sinks, lse, pe; positions, rope_freqs,
+# a KV cache (f32 and int8), layout=bshc, weights_out, int8 weights) follow the model
 # families' own code (Hugging Face's rotate_half, GPT-J's rotate_every_two,
-# the ALiBi paper's slopes as BLOOM builds them, Gemma 2's tanh cap,
+# HF's position_ids and static cache, Llama 3's rotary scaling as frequency
+# factors, the ALiBi paper's slopes as BLOOM builds them (llama.cpp's for
+# another max_bias), Gemma 2's tanh cap,
 # gpt-oss's sink column, the tutorial's SinusoidalPositionalEncoding); the
 # loop implementation does not cover them, and attnc's own float64
 # reference (check/reference.c) is their second implementation.
@@ -161,13 +164,28 @@ def parse_spec(spec, dims):
     p["dropout"] = float(raw.pop("dropout", "0"))
     assert 0 <= p["dropout"] < 1 and (p["train"] or not p["dropout"])
     p["weights_out"] = parse_bool(raw.pop("weights_out", "false"))
+    # decoding, layouts, int8 weights
+    cap = raw.pop("cache", None)
+    p["cache"] = int(cap) if cap is not None else None
+    if p["cache"] is not None:  # a cache is causal whether or not the spec says so (bottom right: query i at cache_len + i)
+        assert p["causal"] in (None, "top_left") and c in (None, "true", "bottom_right"), c
+        p["causal"] = "bottom_right"
+    p["kv_dtype"] = raw.pop("kv_dtype", p["dtype"])  # (Sk is CAP below: the keys a query may see, and the mask's length)
+    assert p["kv_dtype"] in ("f32", "f64", "bf16", "f16", "int8")
+    p["weights"] = raw.pop("weights", p["dtype"])
+    assert p["weights"] in (p["dtype"], "int8")
+    p["layout"] = raw.pop("layout", "bhsc")
+    assert p["layout"] in ("bhsc", "bshc")
     p["v2"] = (p["rope"] != "none" or p["softcap"] is not None or p["alibi"] is not None or p["sinks"]
-               or p["lse"] or p["pe"] != "none")
+               or p["lse"] or p["pe"] != "none" or p["cache"] is not None or p["weights"] == "int8"
+               or p["layout"] != "bhsc" or p["weights_out"])
 
     if p["mode"] == "core":
         q = parse_shape(raw.pop("q"), dims)
         kv = parse_shape(raw.pop("kv"), dims) if "kv" in raw else q
         raw.pop("kv", None)
+        if p["layout"] == "bshc":  # written (B, S, H, c); held here as (B, H, S, c), transposed when stored
+            q, kv = q[:-3] + (q[-2], q[-3], q[-1]), kv[:-3] + (kv[-2], kv[-3], kv[-1])
         assert len(q) >= 3 and len(kv) == len(q) and kv[:-3] == q[:-3] and kv[-1] == q[-1]
         p["q"], p["kvshape"] = q, kv
         p["H"], p["Sq"], p["c"] = q[-3], q[-2], q[-1]
@@ -202,6 +220,8 @@ def parse_spec(spec, dims):
         assert H % p["G"] == 0
         p["c"] = int(raw.pop("head_dim", str(x[-1] // H)))
         p["batch"] = tuple(x[i] for i in range(r - 1) if i != a)
+        if p["cache"] is not None:
+            p["Sk"] = p["cache"]
         if p["global"]:
             assert p["G"] == H and not p["cross"]
             assert p["causal"] is None and p["window"] is None and p["bias"] is None
@@ -260,10 +280,16 @@ def rotate_every_two(x):
 
 
 def apply_rope(p, x, pos):
-    """x (*, heads, S, c) at positions pos (S): the first rope_dim features rotated."""
+    """x (*, heads, S, c) at positions pos, (S) or Hugging Face's position_ids
+    (batch..., S): the first rope_dim features rotated.  Frequency factors
+    (rope_freqs, as Llama 3's scaled rotary stores them) divide inv_freq."""
     r = p["rope_dim"] or x.shape[-1]
     inv_freq = 1.0 / (p["rope_theta"] ** (torch.arange(0, r, 2, dtype=torch.float64) / r))
-    freqs = torch.outer(pos.double(), inv_freq)
+    if p.get("_rope_freqs") is not None:
+        inv_freq = inv_freq / p["_rope_freqs"]
+    freqs = pos.double()[..., None] * inv_freq
+    if pos.ndim > 1:  # (batch..., S, r/2) -> (batch..., 1, S, r/2): every head of a batch element alike
+        freqs = freqs.unsqueeze(-3)
     rot, rest = x[..., :r], x[..., r:]
     if p["rope"] == "neox":
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -285,6 +311,17 @@ def alibi_slopes(n):
     return power_of_2(closest) + alibi_slopes(2 * closest)[0::2][: n - closest]
 
 
+def alibi_slopes_max_bias(n, max_bias):
+    """ALiBi slopes for any max_bias, as llama.cpp's ggml builds them:
+    m0 = 2^(-max_bias / n_log2), m1 = 2^(-max_bias / 2 / n_log2), n_log2 the
+    largest power of two <= n; head h < n_log2 takes m0^(h+1), the rest
+    m1^(2 (h - n_log2) + 1)."""
+    n_log2 = 2 ** int(math.floor(math.log2(n)))
+    m0 = 2.0 ** (-max_bias / n_log2)
+    m1 = 2.0 ** (-max_bias / 2.0 / n_log2)
+    return [m0 ** (h + 1) if h < n_log2 else m1 ** (2 * (h - n_log2) + 1) for h in range(n)]
+
+
 def apply_dropout(p, w, empty):
     """Dropout of the probabilities w (*, H, Sl, Sk) by the keep mask p["_keep"]
     of the same shape: kept ones times 1/(1-p), dropped ones 0; rows that
@@ -302,6 +339,10 @@ def attend(p, q, k, v, bias, mask, sinks=None):
     Sq_, Sk_ = q.shape[-2], k.shape[-2]
     qpos = torch.arange(Sq_) + (Sk_ - Sq_ if (p["mode"] == "core" or not p.get("cross")) else 0)
     kpos = torch.arange(Sk_)
+    if p.get("_qpos") is not None:  # the inputs q_pos, k_pos: (S) or (batch..., S)
+        qpos = p["_qpos"]
+    if p.get("_kpos") is not None:
+        kpos = p["_kpos"]
     if p["rope"] != "none":
         q, k = apply_rope(p, q, qpos), apply_rope(p, k, kpos)
     if G != H:  # GQA / MQA: query head h uses kv head h // (H/G)
@@ -317,9 +358,12 @@ def attend(p, q, k, v, bias, mask, sinks=None):
         bias = bias.view(bias_bc_shape)
         a = a + bias
     if p["alibi"] is not None:  # BLOOM: slope[h] * (key position - query position)
-        assert p["alibi"] == 8.0, "the paper's slopes are for max_bias 8"
-        slopes = torch.tensor(alibi_slopes(H), dtype=a.dtype)
-        a = a + slopes.view(H, 1, 1) * (kpos.view(1, 1, -1) - qpos.view(1, -1, 1)).to(a.dtype)
+        if p["alibi"] == 8.0:
+            slopes = torch.tensor(alibi_slopes(H), dtype=a.dtype)
+        else:  # another max_bias: llama.cpp's form
+            slopes = torch.tensor(alibi_slopes_max_bias(H, p["alibi"]), dtype=a.dtype)
+        dist = kpos[..., None, None, :] - qpos[..., None, :, None]  # (batch..., 1, Sq, Sk)
+        a = a + slopes.view(H, 1, 1) * dist.to(a.dtype)
     allowed = visibility(p, a.shape[-2], a.shape[-1])
     if mask is not None:
         allowed = allowed & (mask != 0)[..., None, None, :]
@@ -357,8 +401,13 @@ def forward_torch(p, t):
     kvin = t["kv"] if p["cross"] else x
     if p["pe"] != "none":  # the tutorial's encoding, added along the attention axis before the projections
         ad = p["attn_dim"]
-        x = (x.movedim(ad, -2) + sinusoidal_pe(x.shape[ad], x.shape[-1]).to(x.dtype)).movedim(-2, ad)
-        kvin = (kvin.movedim(ad, -2) + sinusoidal_pe(kvin.shape[ad], kvin.shape[-1]).to(kvin.dtype)).movedim(-2, ad) if p["cross"] else x
+
+        def pe_at(inp, pos):  # at the rows' positions: 0.. along the axis, or q_pos / k_pos (S) or (batch..., S)
+            if pos is None:
+                return sinusoidal_pe(inp.shape[ad], inp.shape[-1]).to(inp.dtype)
+            return sinusoidal_pe(int(pos.max()) + 1, inp.shape[-1]).to(inp.dtype)[pos]
+        x = (x.movedim(ad, -2) + pe_at(x, p.get("_qpos"))).movedim(-2, ad)
+        kvin = (kvin.movedim(ad, -2) + pe_at(kvin, p.get("_kpos"))).movedim(-2, ad) if p["cross"] else x
     ad, H, c = p["attn_dim"], p["H"], p["c"]
 
     def lin(inp, role):
@@ -368,7 +417,9 @@ def forward_torch(p, t):
         return y
 
     q, k, v = lin(x, "q"), lin(kvin, "k"), lin(kvin, "v")
-    if p["global"]:
+    if p["cache"] is not None:
+        o, nempty = attend_cache(p, t, q, k, v, mask)
+    elif p["global"]:
         # prepare_qkv_global
         q = q.movedim(ad, -2)
         k = k.movedim(ad, -2)
@@ -391,7 +442,8 @@ def forward_torch(p, t):
         q = q.view(q.shape[:-1] + (H, -1)).transpose(-2, -3)
         k = k.view(k.shape[:-1] + (p["G"], -1)).transpose(-2, -3)
         v = v.view(v.shape[:-1] + (p["G"], -1)).transpose(-2, -3)
-    o, nempty = attend(p, q, k, v, t.get("bias"), mask, t.get("sinks"))
+    if p["cache"] is None:
+        o, nempty = attend(p, q, k, v, t.get("bias"), mask, t.get("sinks"))
     o = o.transpose(-3, -2)
     o = torch.flatten(o, start_dim=-2)
     o = o.moveaxis(-2, ad)
@@ -400,6 +452,69 @@ def forward_torch(p, t):
         o = g * o
     out = lin(o, "o")
     return out, nempty
+
+
+def quantise_rows(w):
+    """Symmetric int8 rows as attnc quantize (and an int8 cache) rounds them,
+    in f32 arithmetic: s = max|row| / 127 (1 for a row of zeros), q =
+    round-half-to-even(w / s).  w: float64 (..., n), exact in f32.
+    Returns q (int8 values, as int64) and s (f32 values, as float64)."""
+    w32 = w.to(torch.float32)
+    s = (w32.abs().amax(dim=-1) / 127.0).to(torch.float32)
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    q = torch.round(w32 / s[..., None]).clamp(-127, 127)  # torch.round: ties to even
+    return q.to(torch.int64), s.double()
+
+
+def attend_cache(p, t, q, k, v, mask):
+    """A decoding step with a KV cache, as Hugging Face's Llama writes one
+    (a static cache): q, k, v (B, Sn, H*c or G*c) projected from the new rows;
+    query i of batch element b sits at cache_len[b] + i; q and k rotated there;
+    the new k and v rows written into the caches (b, :, cache_len[b] + i);
+    each query attends the cache's keys 0 .. cache_len[b] + i (and the window,
+    and the mask over CAP).  The caches hold rotated keys, as HF's does.
+    An int8 cache (kv_dtype=int8) stores each new row quantised
+    (quantise_rows), and attention reads the rows as stored.  Records the
+    expected caches in p["_write"] as expect.NAME."""
+    B, Sn, H, G, c = q.shape[0], q.shape[1], p["H"], p["G"], p["c"]
+    cl = p["_cache_len"]
+    q = q.view(B, Sn, H, c).transpose(1, 2)
+    k = k.view(B, Sn, G, c).transpose(1, 2)
+    v = v.view(B, Sn, G, c).transpose(1, 2)
+    pos = cl[:, None] + torch.arange(Sn)[None, :]  # position_ids
+    if p["rope"] != "none":
+        q, k = apply_rope(p, q, pos), apply_rope(p, k, pos)
+    kc, vc = p["_k_cache"].clone(), p["_v_cache"].clone()  # as stored (int8: dequantised)
+    stored = {}
+    for name, cache, new in (("k_cache", kc, k), ("v_cache", vc, v)):
+        if p["kv_dtype"] == "int8":
+            q8, s = quantise_rows(new)
+            new = q8.double() * s[..., None]
+            q8_all, s_all = p["_q8_cache"][name]
+            q8_all, s_all = q8_all.clone(), s_all.clone()
+            for b in range(B):
+                q8_all[b, :, cl[b]:cl[b] + Sn] = q8[b]
+                s_all[b, :, cl[b]:cl[b] + Sn] = s[b]
+            stored[name] = (q8_all, s_all)
+        for b in range(B):
+            cache[b, :, cl[b]:cl[b] + Sn] = new[b]
+    os_, nempty = [], 0
+    for b in range(B):
+        n = int(cl[b]) + Sn
+        pb = dict(p, rope="none", _qpos=pos[b], _kpos=torch.arange(n))
+        mb = mask[b:b + 1, :n] if mask is not None else None
+        ob, e = attend(pb, q[b:b + 1], kc[b:b + 1, :, :n], vc[b:b + 1, :, :n], None, mb, t.get("sinks"))
+        os_.append(ob)
+        nempty += e
+    w = p.setdefault("_write", [])
+    if p["kv_dtype"] == "int8":
+        for name in ("k_cache", "v_cache"):
+            w.append(("expect." + name, "I8", stored[name][0].numpy()))
+            w.append(("expect." + name + "_scale", "F32", stored[name][1].numpy()))
+    else:
+        w.append(("expect.k_cache", "F64", kc.numpy()))
+        w.append(("expect.v_cache", "F64", vc.numpy()))
+    return torch.cat(os_, 0), nempty
 
 
 # --------------------------------------------------------------------------
@@ -529,8 +644,8 @@ def forward_loops(p, t):
 # safetensors writer / reader
 # --------------------------------------------------------------------------
 
-ST_DTYPES = {"F64": ("<f8", 8), "I64": ("<i8", 8), "F32": ("<f4", 4), "U8": ("u1", 1), "BOOL": ("?", 1),
-             "F16": ("<f2", 2), "BF16": ("<u2", 2)}
+ST_DTYPES = {"F64": ("<f8", 8), "I64": ("<i8", 8), "F32": ("<f4", 4), "I32": ("<i4", 4), "U8": ("u1", 1),
+             "I8": ("i1", 1), "BOOL": ("?", 1), "F16": ("<f2", 2), "BF16": ("<u2", 2)}
 # the safetensors dtype of a spec's dtype
 ST_OF = {"f32": "F32", "f64": "F64", "bf16": "BF16", "f16": "F16"}
 TORCH_OF = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -771,6 +886,40 @@ case("v2_core_rope_lse",
      "mha mode=core q=1,4,5,16 kv=1,4,9,16 rope=neox rope_theta=500000 lse causal=bottom_right",
      note="core mode: rotary at positions i + Sk - Sq for the queries, lse")
 
+# ---- v2: explicit positions, a KV cache, layouts, int8 weights --------------
+case("v2_llama3_position_ids",
+     "gqa x=2,6,32 heads=4 kv_heads=2 rope=neox rope_theta=500000 causal mask=key",
+     names="hf", mask_fn=("leftpad", [6, 4]), rope_freqs=True, expect_empty=True,
+     q_pos=[[0, 1, 2, 3, 4, 5], [1, 1, 0, 1, 2, 3]], k_pos=[[0, 1, 2, 3, 4, 5], [1, 1, 0, 1, 2, 3]], k_pos_dtype="I32",
+     note="Llama 3: rope_freqs (its scaled rotary), Hugging Face's position_ids for left padding (batch-shaped q_pos, k_pos I32)")
+case("v2_gptj_far_positions",
+     "mha x=1,5,32 heads=2 rope=gptj rope_dim=16 rope_theta=10000",
+     names="hf", rope_freqs=True, q_pos=[32763, 32764, 32765, 32766, 32767], k_pos=[32763, 32764, 32765, 32766, 32767],
+     note="interleaved rotary at positions 32763..32767 (angles in double precision), with frequency factors")
+case("v2_core_bshc_alibi_sinks",
+     "mha mode=core layout=bshc q=2,5,10,8 kv=2,7,10,8 alibi=4 sinks lse weights_out causal=bottom_right mask=key",
+     mask_fn="one_batch_empty", expect_empty=True,
+     q_pos=[3, 5, 7, 9, 11], k_pos=[0, 2, 4, 6, 8, 10, 12],
+     note="layout=bshc; ALiBi max_bias 4 over 10 heads (llama.cpp's slopes); sinks, lse and the weights; batch 1 sees no key (all on the sink)")
+case("v2_pe_cross_k_pos",
+     "mha x=2,5,16 kv=2,7,12 heads=2 pe=sinusoidal",
+     names="hf", k_pos=[[0, 1, 2, 3, 4, 5, 6], [4, 5, 6, 7, 8, 9, 10]],
+     note="sinusoidal PE in cross-attention: x rows at 0.., kv rows at k_pos (batch-shaped)")
+case("v2_cache_rope_window",
+     "gqa x=2,3,32 heads=4 kv_heads=2 rope=neox cache=12 window=4,0",
+     names="hf", cache_len=[2, 7],
+     note="decoding 3 rows into a cache of 12 (HF's static cache, rotated keys), cache_len 2 and 7, window 4,0")
+case("v2_cache_int8_alibi_mask",
+     "mha x=2,2,24 heads=6 alibi cache=10 kv_dtype=int8 mask=key causal",
+     names="hf", cache_len=[0, 5], mask_fn=("pad", [10, 6]),
+     note="int8 cache (rows quantised as attnc quantize rounds), ALiBi, an empty cache and a padded one; mask over CAP")
+case("v2_int8_weights_causal",
+     "mha x=2,9,32 heads=4 weights=int8 causal",
+     names="hf", note="weights=int8: I8 projections with per-row F32 scales (NAME_scale); the truth from the dequantised weights")
+case("v2_int8_weights_af_gated",
+     "alphafold x=3,5,16 heads=2 head_dim=4 gated bias=3,2,5,5 mask=key weights=int8",
+     names="af", note="weights=int8 on AlphaFold's gated attention (the gate's weight quantised too)")
+
 # ---- 16-bit storage ----------------------------------------------------------
 case("bf16_mha_causal_mask",
      "mha x=2,9,32 heads=4 causal mask=key dtype=bf16",
@@ -873,7 +1022,73 @@ def build(cs):
                 t[key] = t[key].to(TORCH_OF[p["dtype"]]).double()
     if cs.get("big_logits"):
         scale_to_logit(p, t, cs["big_logits"])
+    build_v2_inputs(cs, p, t, gen)
     return p, t, gen
+
+
+def llama3_freq_factors(r, theta, factor=8.0, low=1.0, high=4.0, old_ctx=8192):
+    """Llama 3's rotary scaling as frequency factors f[d] (inv_freq / f), the
+    form llama.cpp stores as rope_freqs: long wavelengths divided by factor,
+    short ones kept, a smooth blend between."""
+    inv = 1.0 / (theta ** (np.arange(0, r, 2, dtype=np.float64) / r))
+    f = []
+    for w in 2 * math.pi / inv:
+        if w < old_ctx / high:
+            f.append(1.0)
+        elif w > old_ctx / low:
+            f.append(factor)
+        else:
+            sm = (old_ctx / w - low) / (high - low)
+            f.append(1.0 / ((1 - sm) / factor + sm))
+    return f
+
+
+def build_v2_inputs(cs, p, t, gen):
+    """Inputs held outside t (which is weights and the v1 inputs): positions,
+    frequency factors, caches; int8 weights.  Each goes to p["_write"] as
+    stored, and to p["_..."] for the forward."""
+    w = p.setdefault("_write", [])
+    for key, dt_key in (("q_pos", "q_pos_dtype"), ("k_pos", "k_pos_dtype")):
+        if cs.get(key) is not None:
+            pos = torch.tensor(cs[key], dtype=torch.int64)
+            p["_" + key.replace("_", "")] = pos
+            w.append((key, cs.get(dt_key, "I64"), pos.numpy()))
+    if cs.get("rope_freqs"):
+        f = torch.tensor(llama3_freq_factors((p["rope_dim"] or p["c"]), p["rope_theta"]))
+        f = f.to(torch.float32).double()
+        assert (f > 1).any() and (f == 1).any() and ((f > 1) & (f < 8)).any(), f  # all three regimes
+        p["_rope_freqs"] = f
+        w.append(("rope_freqs", "F32", f.numpy()))
+    if p["cache"] is not None:
+        B, G, c = p["x"][0], p["G"], p["c"]
+        assert len(p["x"]) == 3 and p["attn_dim"] == -2 and not p["cross"]
+        cl = torch.tensor(cs["cache_len"], dtype=torch.int64)
+        assert cl.shape == (B,) and int((cl + p["Sq"]).max()) <= p["cache"]
+        p["_cache_len"] = cl
+        w.append(("cache_len", "I64", cl.numpy()))
+        shape = (B, G, p["cache"], c)
+        p["_q8_cache"] = {}
+        for name in ("k_cache", "v_cache"):
+            if p["kv_dtype"] == "int8":
+                q8 = torch.randint(-127, 128, shape, generator=gen)
+                sc = (0.02 + 0.02 * torch.rand(shape[:-1], generator=gen)).to(torch.float32).double()
+                p["_q8_cache"][name] = (q8, sc)
+                p["_" + name] = q8.double() * sc[..., None]
+                w.append((name, "I8", q8.numpy()))
+                w.append((name + "_scale", "F32", sc.numpy()))
+            else:
+                vals = torch.randn(shape, generator=gen)
+                if p["kv_dtype"] != "f64":
+                    vals = vals.to(TORCH_OF[p["kv_dtype"]]).double()
+                p["_" + name] = vals
+                w.append((name, ST_OF[p["kv_dtype"]], vals.numpy()))
+    if p["weights"] == "int8":  # each projection matrix quantised per row; the truth from the dequantised values
+        p["_q8"] = {}
+        for role in ("wq", "wk", "wv", "wo", "wg"):
+            if role in t:
+                q8, sc = quantise_rows(t[role])
+                p["_q8"][role] = (q8, sc)
+                t[role] = q8.double() * sc[:, None]
 
 
 def raw_logits(p, t):
@@ -1236,6 +1451,18 @@ PyTorch's threaded kernels may sum in another order).  Do not edit by hand.
   the batch and is then right-aligned);
 * `out`: the expected output, always F64 (the float64 truth computed from the
   stored, already rounded inputs).  NaN where `empty_rows=nan`.
+* v2 inputs where a case has them: `q_pos`, `k_pos` (I64, or I32 in one
+  case; (S) or batch-shaped like Hugging Face's position_ids),
+  `rope_freqs` (F32, Llama 3's scaling as frequency factors), `cache_len`
+  (I64), `k_cache`, `v_cache` (the case's kv_dtype; with kv_dtype=int8, I8
+  with F32 `k_cache_scale`, `v_cache_scale`); with weights=int8 each
+  projection matrix is I8 with its F32 per-row scale NAME + `_scale`, and
+  the truth is computed from the dequantised values; with layout=bshc
+  the core q, k, v and `out` are stored (B, S, H, c);
+* `expect.k_cache`, `expect.v_cache` (and `expect.*_scale`): the caches as
+  the run must leave them (the new rows written at cache_len + i, the
+  others unchanged), F64 for a float cache, I8 and F32 for an int8 one;
+* `attn` (cases with weights_out): the probabilities, F64;
 * `lse` (cases with the key lse): PyTorch's logsumexp of each row's final
   logits (its sink column included), F64, (batch axes..., H, Sq).
 * `out_torch` (bf16 cases): PyTorch's own result with every tensor in
@@ -1280,6 +1507,8 @@ def main():
             os.remove(os.path.join(OUT_DIR, f))
     names = [c["name"] for c in CASES]
     assert len(set(names)) == len(names)
+    for n in (1, 2, 6, 8, 12, 16):  # llama.cpp's slopes at max_bias 8 are the paper's (BLOOM's)
+        assert np.allclose(alibi_slopes_max_bias(n, 8.0), alibi_slopes(n), rtol=1e-15, atol=0), n
     lines = []
     total = 0
     summary = []
@@ -1306,23 +1535,33 @@ def main():
         st_dt = ST_OF[p["dtype"]]
         prefix = cs.get("prefix", "")
         tensors = []
+        q8_of = {WEIGHT_NAMES[cs["names"]][r]: qs for r, qs in p.get("_q8", {}).items()} if p["weights"] == "int8" else {}
         for k, v in named_weights(cs, p, t).items():
-            tensors.append((prefix + k, st_dt, v.numpy()))
+            if k in q8_of:  # weights=int8: I8 values and the F32 per-row scale NAME_scale
+                tensors.append((prefix + k, "I8", q8_of[k][0].numpy()))
+                tensors.append((prefix + k + "_scale", "F32", q8_of[k][1].numpy()))
+            else:
+                tensors.append((prefix + k, st_dt, v.numpy()))
         if cs.get("decoy"):
             # another layer with the same names and different values
             for k, v in named_weights(cs, p, t).items():
                 dv = (torch.randn(v.shape, generator=gen) * float(v.std())).numpy()
                 tensors.append((cs["decoy"] + k, st_dt, dv))
+        bshc = p["layout"] == "bshc"  # core q, k, v and out stored (B, S, H, c)
         for k in INPUTS:
             if k in t and k != "mask":
-                tensors.append((k, st_dt, t[k].numpy()))
+                tensors.append((k, st_dt, (t[k].transpose(-3, -2) if bshc and k in ("q", "k", "v") else t[k]).numpy()))
+        tensors.extend(p.get("_write", []))
         if "mask" in t:
             md = cs.get("mask_dtype", "U8")
             mask_dtypes.add(md)
             tensors.append(("mask", md, t["mask"].numpy() != 0 if md == "BOOL" else t["mask"].numpy()))
-        tensors.append(("out", "F64", out.numpy()))
+        tensors.append(("out", "F64", (out.transpose(-3, -2) if bshc else out).numpy()))
         if p["lse"]:
             tensors.append(("lse", "F64", p["_lse"].numpy()))
+        if p["weights_out"]:
+            assert p["cache"] is None
+            tensors.append(("attn", "F64", p["_attn"].numpy()))
         if p["dtype"] == "bf16":
             # PyTorch's own bf16 result on the same tensors (its CPU ops in
             # bf16 round q, k, v, the weights P and o), beside the truth
