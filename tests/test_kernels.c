@@ -257,6 +257,22 @@ static int generated_has(const char *spec, const char *needle)
   return has;
 }
 
+/* An f32 (es 4) or bf16 (es 2) element's value, for a message. */
+static double out_value(const void *p, size_t es)
+{
+  float f;
+  if (es == 2) {
+    uint16_t h;
+    uint32_t u;
+    memcpy(&h, p, sizeof h);
+    u = (uint32_t)h << 16;
+    memcpy(&f, &u, sizeof f);
+  } else {
+    memcpy(&f, p, sizeof f);
+  }
+  return f;
+}
+
 /* layout=bshc against the default layout on the same numbers, transposed:
  * the two kernels must agree to the last bit (a check of the layout that
  * does not go through the reference's own reading of it), on 1 and 2
@@ -344,8 +360,10 @@ static void test_kernels_layout_bshc_is_a_transpose(void **s)
                 for (d = 0; d < C; d++)
                   if (memcmp((char *)ot + (size_t)(((b * Sq + i) * H + h) * C + d) * es,
                              (char *)o + (size_t)(((b * H + h) * Sq + i) * C + d) * es, es) != 0)
-                    fail_msg("%s (%s form, %d threads, run %d): out[%ld][%ld][%ld][%ld] differs from the bhsc kernel's",
-                             cases[c].bshc, plain ? "plain" : "fast", threads, round + 1, b, i, h, d);
+                    fail_msg("%s (%s form, %d threads, run %d): out[%ld][%ld][%ld][%ld] is %.9g, the bhsc kernel's %.9g",
+                             cases[c].bshc, plain ? "plain" : "fast", threads, round + 1, b, i, h, d,
+                             out_value((char *)ot + (size_t)(((b * Sq + i) * H + h) * C + d) * es, es),
+                             out_value((char *)o + (size_t)(((b * H + h) * Sq + i) * C + d) * es, es));
           /* new k and v in the same buffers: a second run must not take
            * the copies of k and v (the fast form's, per thread) of the first */
           for (i = 0; i < (long)nk; i++) {
