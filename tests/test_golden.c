@@ -24,6 +24,28 @@
 #include "reference.h"
 #include "testutil.h"
 
+/* 1 (printed) if the output got differs from the file's tensor `want`
+ * beyond atol + rtol |want| anywhere. */
+static int other_output(const char *name, const attnc_safetensors *f, const char *want, const attnc_tensor *got,
+                        const char *label, double atol, double rtol)
+{
+  attnc_tensor wt;
+  size_t n = 0, m = 0, where = 0;
+  double *g, *w;
+  int bad;
+  assert_int_equal(attnc_st_find(f, want, &wt), ATTNC_OK);
+  g = tu_to_double(got, &n);
+  w = tu_to_double(&wt, &m);
+  assert_non_null(g);
+  assert_non_null(w);
+  assert_int_equal(n, m);
+  bad = tu_compare(g, w, n, atol, rtol, &where) > 1;
+  if (bad) fprintf(stderr, "MISMATCH %s %s element %zu: got %.9g want %.9g\n", name, label, where, g[where], w[where]);
+  free(g);
+  free(w);
+  return bad;
+}
+
 static int run_case(const char *name, const char *prefix, const char *spec, attnc_backend be, attnc_form form)
 {
   char path[1024];
@@ -94,19 +116,7 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
   }
   assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
   if (attn.data) {
-    attnc_tensor want_attn;
-    size_t na = 0, ma = 0, wa = 0;
-    double *ga, *wat;
-    assert_int_equal(attnc_st_find(f, "attn", &want_attn), ATTNC_OK);
-    ga = tu_to_double(&attn, &na);
-    wat = tu_to_double(&want_attn, &ma);
-    assert_int_equal(na, ma);
-    if (tu_compare(ga, wat, na, 1e-5, 1e-4, &wa) > 1) {
-      fprintf(stderr, "MISMATCH %s attn element %zu: got %.9g want %.9g\n", name, wa, ga[wa], wat[wa]);
-      fails = 1;
-    }
-    free(ga);
-    free(wat);
+    fails |= other_output(name, f, "attn", &attn, "attn", 1e-5, 1e-4);
     free(attn.data);
   }
   /* the caches as the run left them: the file's expect.NAME (the new rows
@@ -114,38 +124,13 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
    * the other way by one where f32 and float64 projections straddle a half */
   for (int i = 0; i < ncache; i++) {
     char ename[64];
-    attnc_tensor wt;
-    size_t nc = 0, mc = 0, wc = 0;
-    double *gc, *wc_;
+    const int i8 = caches[i].dtype == ATTNC_I8, scale = strstr(cache_names[i], "_scale") != NULL;
     snprintf(ename, sizeof ename, "expect.%s", cache_names[i]);
-    assert_int_equal(attnc_st_find(f, ename, &wt), ATTNC_OK);
-    gc = tu_to_double(&caches[i], &nc);
-    wc_ = tu_to_double(&wt, &mc);
-    assert_int_equal(nc, mc);
-    if (caches[i].dtype == ATTNC_I8 ? tu_compare(gc, wc_, nc, 1.0, 0, &wc) > 1
-        : strstr(cache_names[i], "_scale") ? tu_compare(gc, wc_, nc, 0, 1e-5, &wc) > 1
-                                           : tu_compare(gc, wc_, nc, 1e-5, 1e-4, &wc) > 1) {
-      fprintf(stderr, "MISMATCH %s %s element %zu: got %.9g want %.9g\n", name, cache_names[i], wc, gc[wc], wc_[wc]);
-      fails = 1;
-    }
-    free(gc);
-    free(wc_);
+    fails |= other_output(name, f, ename, &caches[i], cache_names[i], i8 ? 1.0 : scale ? 0 : 1e-5, i8 ? 0 : scale ? 1e-5 : 1e-4);
     free(caches[i].data);
   }
   if (lse.data) {
-    attnc_tensor want_lse;
-    size_t nl = 0, ml = 0, wl = 0;
-    double *gl, *wlse;
-    assert_int_equal(attnc_st_find(f, "lse", &want_lse), ATTNC_OK);
-    gl = tu_to_double(&lse, &nl);
-    wlse = tu_to_double(&want_lse, &ml);
-    assert_int_equal(nl, ml);
-    if (tu_compare(gl, wlse, nl, 1e-5, 1e-4, &wl) > 1) {
-      fprintf(stderr, "MISMATCH %s lse element %zu: got %.9g want %.9g\n", name, wl, gl[wl], wlse[wl]);
-      fails = 1;
-    }
-    free(gl);
-    free(wlse);
+    fails |= other_output(name, f, "lse", &lse, "lse", 1e-5, 1e-4);
     free(lse.data);
   }
   got = tu_to_double(&out, &n);
