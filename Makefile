@@ -186,7 +186,6 @@ test: all $(TESTS:%=$(B)/tests/%)
 	  ATTNC=$(CURDIR)/$(B)/attnc sh tests/run_all.sh $(B) $(TESTS)
 	@echo "== random spec combinations against the reference (make check-combos, a short fixed seed)"
 	@ATTNC_CC_FLAGS="-Wall -Wextra -Werror -pedantic" $(MAKE) --no-print-directory check-combos COMBOS=300 COMBOS_SEED=1 COMBOS_CC_EVERY=16
-	@$(MAKE) --no-print-directory check-avx512-emu
 
 # check-python: the Python module's tests (python/tests, unittest) on
 # Debian's python3 and numpy, against this build's library and CLI.  As root
@@ -211,7 +210,7 @@ check-python: all
 
 # check-avx512-emu: the whole suite again, on a library whose AVX-512
 # primitives run on tests/avx512_emu.h's C model of their intrinsics, so
-# a machine without AVX-512 still runs that code (make test ends with it).
+# a machine without AVX-512 still runs that code (CI runs it after make test: .ci/run).
 # It shares the main build's kernel cache: the generated C calls the
 # primitives through a table, so the same cached kernels serve both.  It
 # compiles only the two objects the model changes and links the rest.
