@@ -61,7 +61,7 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
   double worst, atol, rtol;
   int nbound = 0, fails = 0, ncache = 0;
   /* int8 weights or an int8 cache: DESIGN.md's weights=int8 row */
-  const attnc_dtype int8 = strstr(spec, "weights=int8") || strstr(spec, "kv_dtype=int8") ? ATTNC_I8 : ATTNC_F32;
+  const int int8 = strstr(spec, "weights=int8") || strstr(spec, "kv_dtype=int8");
 
   snprintf(path, sizeof path, "%s/tests/golden/%s.safetensors", tu_root(), name);
   f = attnc_st_open(path, &e);
@@ -136,13 +136,13 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
   got = tu_to_double(&out, &n);
   exp_ = tu_to_double(&want, &m);
   assert_int_equal(n, m);
-  if ((out.dtype == ATTNC_F32 && int8 != ATTNC_I8) || out.dtype == ATTNC_F64) {
+  if ((out.dtype == ATTNC_F32 && !int8) || out.dtype == ATTNC_F64) {
     atol = out.dtype == ATTNC_F32 ? 1e-5 : 1e-12;
     rtol = out.dtype == ATTNC_F32 ? 1e-4 : 1e-10;
   } else { /* bf16, f16, int8: DESIGN.md's bounds, with the rms of the truth */
     double nmse_max, a_rms, r2 = 0, d2 = 0, nm;
     size_t j, nf = 0;
-    checker_bounds(int8 == ATTNC_I8 ? ATTNC_I8 : out.dtype, &nmse_max, &atol, &a_rms, &rtol);
+    checker_bounds(int8 ? ATTNC_I8 : out.dtype, &nmse_max, &atol, &a_rms, &rtol);
     for (j = 0; j < n; j++)
       if (exp_[j] == exp_[j]) {
         r2 += exp_[j] * exp_[j];
@@ -155,7 +155,7 @@ static int run_case(const char *name, const char *prefix, const char *spec, attn
       fprintf(stderr, "MISMATCH %s: NMSE %.3g above %.0e\n", name, nm, nmse_max);
       fails = 1;
     }
-    if (be == ATTNC_BACKEND_TCC && form == ATTNC_FORM_FAST && int8 == ATTNC_I8) {
+    if (be == ATTNC_BACKEND_TCC && form == ATTNC_FORM_FAST && int8) {
       printf("golden %s: NMSE against the float64 truth: attnc %.3g (DESIGN.md's int8 bound %.0e)\n", name, nm, nmse_max);
     } else if (be == ATTNC_BACKEND_TCC && form == ATTNC_FORM_FAST) { /* once per case: attnc beside PyTorch's own rounding */
       attnc_tensor tt;

@@ -257,19 +257,11 @@ static int generated_has(const char *spec, const char *needle)
   return has;
 }
 
-/* An f32 (es 4) or bf16 (es 2) element's value, for a message. */
-static double out_value(const void *p, size_t es)
+/* An element of dtype dt (f32 or bf16 here), for a message. */
+static double out_value(const void *p, attnc_dtype dt)
 {
   float f;
-  if (es == 2) {
-    uint16_t h;
-    uint32_t u;
-    memcpy(&h, p, sizeof h);
-    u = (uint32_t)h << 16;
-    memcpy(&f, &u, sizeof f);
-  } else {
-    memcpy(&f, p, sizeof f);
-  }
+  attnc_convert(p, dt, &f, ATTNC_F32, 1);
   return f;
 }
 
@@ -362,8 +354,8 @@ static void test_kernels_layout_bshc_is_a_transpose(void **s)
                              (char *)o + (size_t)(((b * H + h) * Sq + i) * C + d) * es, es) != 0)
                     fail_msg("%s (%s form, %d threads, run %d): out[%ld][%ld][%ld][%ld] is %.9g, the bhsc kernel's %.9g",
                              cases[c].bshc, plain ? "plain" : "fast", threads, round + 1, b, i, h, d,
-                             out_value((char *)ot + (size_t)(((b * Sq + i) * H + h) * C + d) * es, es),
-                             out_value((char *)o + (size_t)(((b * H + h) * Sq + i) * C + d) * es, es));
+                             out_value((char *)ot + (size_t)(((b * Sq + i) * H + h) * C + d) * es, cases[c].out),
+                             out_value((char *)o + (size_t)(((b * H + h) * Sq + i) * C + d) * es, cases[c].out));
           /* new k and v in the same buffers: a second run must not take
            * the copies of k and v (the fast form's, per thread) of the first */
           for (i = 0; i < (long)nk; i++) {
