@@ -93,6 +93,8 @@ local function convert_env(p, env, wide)
     env.need[w.kind] = true
     if w.pe then env.need_pe = true end
   end
+  -- a backward pass with pe copies x (and kv) itself, already widened
+  if p.train and p.pe then env.need.copy = true end
   local words = {}
   if p.store then insert(words, "every tensor but the mask in " .. p.store) end
   if p.pe then insert(words, "x" .. (p.self and "" or " and kv") .. " read with a sinusoidal positional encoding added") end
@@ -242,6 +244,7 @@ function M.emit(p, form)
     source = render("plain.c.tmpl", env)
     if p.train then
       source = source .. render("backward_common.c.tmpl", env) .. render("backward.c.tmpl", env) .. render("backward_bytes.c.tmpl", env)
+      if p.store then source = source .. render("backward_wide.c.tmpl", env) end
     end
   else
     source = M.fast(p)
@@ -263,6 +266,7 @@ function M.emit(p, form)
       env.empty_code = EMPTY_ROWS[p.empty_rows]
       env.fast = true
       source = source .. render("backward_common.c.tmpl", env) .. render("fast_backward.c.tmpl", env) .. render("backward_bytes.c.tmpl", env)
+      if p.store then source = source .. render("backward_wide.c.tmpl", env) end
     end
   end
   return source, M.header(p, form == "plain")

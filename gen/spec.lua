@@ -574,9 +574,10 @@ function M.parse(text)
 end
 
 -- train and dropout=P (DESIGN.md "Training"): a backward pass, and dropout
--- of the attention probabilities.  Gradients are computed in dtype, so
--- train needs f32 or f64 tensors and weights stored as dtype; a KV cache
--- is for decoding, where nothing is trained.
+-- of the attention probabilities.  Gradients are stored in dtype (a bf16
+-- or f16 kernel's backward computes in f32 on widened copies), so train
+-- needs weights stored as dtype, not int8; a KV cache is for decoding,
+-- where nothing is trained.
 function M.parse_train(s, raw, pos)
   local function get(k, d) if raw[k] then return raw[k].value end return d end
   s.train = get("train", false)
@@ -588,14 +589,16 @@ function M.parse_train(s, raw, pos)
     fail(pos("dropout"), "dropout must be a probability with 0 <= p < 1, got %g", s.dropout)
   end
   if not s.train then return end
-  if s.dtype ~= "f32" and s.dtype ~= "f64" then
-    fail(raw.train.keypos, "train with dtype=%s: gradients are computed in f32 or f64 (use dtype=f32, or dtype=f64)", s.dtype)
-  end
   if s.weights == "int8" then
     fail(raw.train.keypos, "train with weights=int8: the weights get gradients, so they are stored as dtype=%s (drop weights=int8)", s.dtype)
   end
   -- 16-bit (or f32 in an f64 kernel) float weights: held in dtype, widened
-  -- exactly once at bind time, so their gradients are dtype's
+  -- exactly once at bind time, so their gradients are dtype's.  A 16-bit
+  -- kernel could hold wider weights only by rounding them
+  if s.weights and s.weights ~= s.dtype and (s.dtype == "bf16" or s.dtype == "f16") then
+    fail(raw.train.keypos, "train with dtype=%s weights=%s: a %s kernel holds its weights, and their gradients, in %s, "
+         .. "which would round these (drop weights=%s, or use dtype=f32)", s.dtype, s.weights, s.dtype, s.dtype, s.weights)
+  end
   if s.weights then s.weights = s.dtype end
   if s.cache then
     fail(raw.train.keypos, "train with cache: a KV cache is for decoding, which computes no gradients (drop cache, or train)")

@@ -193,12 +193,10 @@ static void make_valid(struct spec *s, struct choice *c)
     if (bshc) add(s, "layout=bshc");
     if (chance(20)) add(s, "heads=%d", H);
     add_common(s, c, dtype, H, c_, sq, sk, nb, batch, &empty_zero, qn[nb + (bshc ? 0 : 1)], kn[nb + (bshc ? 0 : 1)]);
-    if (!strcmp(dtype, "f32") || !strcmp(dtype, "f64")) {
-      if (chance(20)) {
-        c->train = 1;
-        add(s, "train");
-        if (chance(50)) add(s, "dropout=%s", chance(50) ? "0.25" : "0.5");
-      }
+    if (chance(20)) {
+      c->train = 1;
+      add(s, "train");
+      if (chance(50)) add(s, "dropout=%s", chance(50) ? "0.25" : "0.5");
     }
     add(s, "dtype=%s", dtype);
     return;
@@ -307,7 +305,7 @@ static void make_valid(struct spec *s, struct choice *c)
       }
       *s = t;
     }
-    if (!cache && (!strcmp(dtype, "f32") || !strcmp(dtype, "f64")) && chance(25)) {
+    if (!cache && chance(25)) {
       train = 1;
       add(s, "train");
       if (chance(50)) add(s, "dropout=%s", chance(50) ? "0.2" : "0.5");
@@ -315,7 +313,8 @@ static void make_valid(struct spec *s, struct choice *c)
     c->train = train;
     add(s, "dtype=%s", dtype);
     if (!train && chance(20)) add(s, "weights=int8");
-    else if (chance(10)) add(s, "weights=%s", DTYPES[rnd(4)]); /* any dtype: held in the arithmetic's precision */
+    else if (chance(10)) /* any dtype: held in the arithmetic's precision (a 16-bit one trains its own only) */
+      add(s, "weights=%s", train && (!strcmp(dtype, "bf16") || !strcmp(dtype, "f16")) ? dtype : DTYPES[rnd(4)]);
     if (cache && chance(50)) {
       static const char *kvd[] = { "f32", "f64", "bf16", "f16", "int8" };
       add(s, "kv_dtype=%s", kvd[rnd(5)]);
@@ -352,8 +351,8 @@ static const char *make_invalid(struct spec *s)
     "mha x=2,5,8 heads=2 kv_dtype=int8",
     "mha x=2,5,8 heads=2 cache=9 causal=top_left",
     "mha x=2,5,8 heads=2 cache=9 causal=none",
-    "mha x=2,5,8 heads=2 train dtype=bf16",
     "mha x=2,5,8 heads=2 train cache=8",
+    "mha x=2,5,8 heads=2 train dtype=bf16 weights=f32",
     "mha x=2,5,8 heads=2 rope=neox rope_dim=3",
     "mha x=2,5,8 heads=2 rope=gptj rope_dim=10",
     "mha x=2,5,8 heads=4 kv_heads=3",

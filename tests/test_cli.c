@@ -2439,10 +2439,10 @@ static void test_cli_grad_usage_and_errors(void **state)
   EXPECT_HAS(r, r.err, "--dout is for grad", "--dout belongs to grad");
   cli_free(&r);
   /* train is added, and a spec it does not fit says so without a position past the text */
-  CLI(r, "show", "--grad", "mha x=1,3,8 heads=2 dtype=bf16");
-  EXPECT_FAIL(r, "show --grad on a bf16 spec");
+  CLI(r, "show", "--grad", "mha x=1,3,8 heads=2 weights=int8");
+  EXPECT_FAIL(r, "show --grad on an int8-weights spec");
   EXPECT_HAS(r, r.err, "the gradients need the key train, which this command adds", "says grad added train");
-  EXPECT_HAS(r, r.err, "dtype=f32", "and the fix");
+  EXPECT_HAS(r, r.err, "drop weights=int8", "and the fix");
   cli_free(&r);
   CLI(r, "bench", "--grad", "mha x=1,S,8 heads=2 cache=CAP", "--cache-len", "3");
   EXPECT_FAIL(r, "bench --grad --cache-len");

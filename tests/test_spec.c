@@ -787,7 +787,15 @@ static void test_spec_key_train(void **state)
   expect_err_named("mha x=B,S,64 heads=4 dropout=0.1", NULL, 1, 22, "dropout needs train");
   expect_err_named("mha x=B,S,64 heads=4 train dropout=1", NULL, 1, 36, "dropout must be a probability with 0 <= p < 1");
   expect_err_named("mha x=B,S,64 heads=4 train dropout=-0.5", NULL, 1, 36, "dropout must be a probability");
-  expect_err_named("mha x=B,S,64 heads=4 train dtype=bf16", NULL, 1, 22, "train with dtype=bf16");
+  /* 16-bit training: the gradients are stored in dtype, the weights held in it */
+  canon("mha x=B,S,64 heads=4 train dtype=bf16 weights=bf16", c);
+  assert_word(c, "train=true");
+  assert_word(c, "dtype=bf16");
+  assert_false(has_key(c, "weights"));
+  expect_err_named("mha x=B,S,64 heads=4 train dtype=bf16 weights=f32", NULL, 1, 22, "train with dtype=bf16 weights=f32");
+  expect_err_named("mha x=B,S,64 heads=4 train dtype=f16 weights=bf16", NULL, 1, 22, "would round these");
+  canon("mha mode=core q=B,4,S,16 train dtype=f16", c);
+  assert_word(c, "dtype=f16");
   expect_err_named("mha x=B,S,64 heads=4 train weights=int8", NULL, 1, 22, "train with weights=int8");
   expect_err_named("gqa x=B,1,64 heads=4 kv_heads=2 cache=64 train", NULL, 1, 42, "train with cache");
 }

@@ -841,6 +841,24 @@ class TestTraining(unittest.TestCase):
         for n in g:
             self.assertTrue(np.array_equal(c[n], g[n]), n)
 
+    def test_grad_bf16(self):
+        """A bf16 train kernel: out and every gradient bf16 (uint16 here), the
+        f32 kernel's on the same rounded tensors to within a bf16 rounding."""
+        spec = "mha x=1,5,16 heads=2 causal"
+        k16 = self.kernel(spec + " train dtype=bf16")
+        k32 = self.kernel(spec + " train")
+        rng = np.random.default_rng(8)
+        t = {n: attnc.float32_to_bf16(a) for n, a in mha_tensors(rng, 1, 5, 16, 2).items()}
+        dout = attnc.float32_to_bf16(rand(rng, (1, 5, 16), 1.0, np.float32))
+        g16 = k16.grad(t, dout)
+        g32 = k32.grad({n: attnc.bf16_to_float32(a) for n, a in t.items()}, attnc.bf16_to_float32(dout))
+        self.assertEqual(sorted(g16), sorted(g32))
+        for n in g16:
+            self.assertEqual(g16[n].dtype, np.uint16, n)
+            got, want = attnc.bf16_to_float32(g16[n]), g32[n]
+            # one rounding to bf16 (half a unit in the 8th bit), and the f32 kernels' own differences
+            self.assertTrue(np.all(np.abs(got - want) <= 2.0 ** -8 * np.abs(want) + 1e-6), n)
+
     def test_dropout_seed(self):
         k = self.kernel("mha x=1,16,8 heads=2 train dropout=0.5")
         rng = np.random.default_rng(7)
