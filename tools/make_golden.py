@@ -1354,6 +1354,14 @@ train_case("train_dropout_empty_uniform",
 train_case("train_mha_f32",
            "mha x=2,5,16 heads=2 causal train dropout=0.2",
            seed=5, names="hf", note="f32 tensors (the truth from the rounded values)")
+train_case("train_llama_bf16",
+           "gqa x=2,7,32 heads=4 kv_heads=2 rope=neox causal mask=key train dtype=bf16",
+           names="hf", mask_fn=("pad", [7, 5]),
+           note="Llama trained in bf16: GQA 4/2, rotate_half RoPE, causal + padding; the truth from the bf16 values (gradients stored bf16)")
+train_case("train_af_gated_f16",
+           "alphafold x=2,3,5,16 attn_dim=-2 heads=2 head_dim=4 gated bias=2,2,5,5 mask=key train dropout=0.1 dtype=f16",
+           seed=9, names="af",
+           note="AlphaFold's gated row attention in f16: pair bias summed over the batch axis, key mask, dropout")
 
 TRAIN_INDEX_HEADER = """# Training cases of tools/make_golden.py: NAME <TAB> SEED <TAB> SPEC.
 # NAME.safetensors holds the weights and inputs, dout, out, grad.NAME for
