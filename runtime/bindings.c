@@ -93,6 +93,7 @@ void attnc_bindings_free(attnc_bindings *b)
   if (!b) return;
   for (i = 0; i < ATTNC_SLOT_COUNT; i++) {
     free(b->packed[i]);
+    free(b->packed32[i]);
     free(b->conv[i]);
     free(b->grad[i]);
   }
@@ -198,7 +199,7 @@ static void forget_packed(attnc_bindings *b)
 {
   int s;
   for (s = 0; s < ATTNC_SLOT_COUNT; s++)
-    if (attnc_slot_is_matrix(s)) b->packed_from[s] = NULL;
+    if (attnc_slot_is_matrix(s)) b->packed_from[s] = b->packed32_from[s] = NULL;
 }
 
 /* Bind one tensor; quiet=1 skips names the kernel does not use. */
@@ -234,7 +235,7 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
     for (int s = 0; s < ATTNC_SLOT_COUNT; s++)
       if (b->from[s] && strcmp(b->from[s], name) == 0) {
         b->from[s] = NULL;
-        b->packed_from[s] = NULL;
+        b->packed_from[s] = b->packed32_from[s] = NULL;
         b->conv_from[s] = NULL;
       }
     return ATTNC_OK;
@@ -257,7 +258,7 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
   }
   b->t[slot] = *t;
   if (slot >= ATTNC_SLOT_WQ_SCALE && attnc_slot_is_weight(slot)) forget_packed(b); /* packed from the old scales */
-  b->packed_from[slot] = NULL; /* repack and convert on the next run, even from the same buffer */
+  b->packed_from[slot] = b->packed32_from[slot] = NULL; /* repack and convert on the next run, even from the same buffer */
   b->conv_from[slot] = NULL;
   snprintf(b->from_buf[slot], sizeof b->from_buf[slot], "%s", name);
   b->from[slot] = b->from_buf[slot];

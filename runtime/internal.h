@@ -156,6 +156,8 @@ struct attnc_bindings {
   long mask_stride[ATTNC_ABI_MAX_RANK];
   float *packed[ATTNC_SLOT_COUNT];       /* weights packed for the primitives */
   const void *packed_from[ATTNC_SLOT_COUNT];
+  float *packed32[ATTNC_SLOT_COUNT];     /* a bf16 kernel's weights as f32 panels, for its backward */
+  const void *packed32_from[ATTNC_SLOT_COUNT];
   void *conv[ATTNC_SLOT_COUNT];          /* tensors bound in another dtype, in the kernel's */
   size_t conv_n[ATTNC_SLOT_COUNT];       /* elements conv[] holds room for */
   const void *conv_from[ATTNC_SLOT_COUNT]; /* the weight data conv[] was made from */

@@ -77,19 +77,22 @@ static float *weight_f32(const attnc_bindings *b, const attnc_args *args, int sl
 /* Pack the weights for the primitives once; again only if rebound: int8
  * weights (weights=int8) kept int8 with their scales for linear_q8, bf16
  * weights of a bf16 kernel kept bf16 for linear_bf16, any other as f32
- * for linear. */
-static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_error *err)
+ * for linear.  f32_panels: every float weight as f32 panels (a bf16
+ * kernel's backward computes in f32), kept apart from the forward's. */
+static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, int f32_panels, attnc_error *err)
 {
+  float **packed = f32_panels ? b->packed32 : b->packed;
+  const void **packed_from = f32_panels ? b->packed32_from : b->packed_from;
   static const int w[] = { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV, ATTNC_SLOT_WG, ATTNC_SLOT_WO };
   size_t i;
   for (i = 0; i < sizeof w / sizeof w[0]; i++) {
     int slot = w[i];
     const attnc_tensor *t = &b->t[slot]; /* as bound; args->t[slot] holds it as the kernel reads it */
     if (!b->k->gen.used[slot]) continue;
-    if (b->packed_from[slot] != t->data || !b->packed[slot]) {
+    if (packed_from[slot] != t->data || !packed[slot]) {
       const long rows = (long)t->shape[0], cols = (long)t->shape[1];
       const attnc_dtype wd = attnc_slot_dtype(&b->k->gen, slot);
-      const int q8 = wd == ATTNC_I8, w16 = wd == ATTNC_BF16 && b->k->gen.dtype == ATTNC_BF16;
+      const int q8 = wd == ATTNC_I8, w16 = wd == ATTNC_BF16 && b->k->gen.dtype == ATTNC_BF16 && !f32_panels;
       size_t bytes = q8    ? (size_t)attnc_prims_pack_q8_size(rows, cols)
                      : w16 ? (size_t)attnc_prims_pack_bf16_size(rows, cols)
                            : sizeof(float) * (size_t)attnc_prims_pack_size(rows, cols);
@@ -104,15 +107,15 @@ static attnc_status pack_weights(attnc_bindings *b, attnc_args *args, attnc_erro
         p = NULL;
       }
       if (!p) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory packing '%s'", attnc_slot_name(slot));
-      free(b->packed[slot]);
+      free(packed[slot]);
       if (q8) attnc_prims_get()->pack_q8(args->t[slot], args->t[attnc_slot_scale(slot)], rows, cols, p);
       else if (w16) attnc_prims_pack_bf16(args->t[slot], rows, cols, p);
       else attnc_prims_pack(f32 ? f32 : (const float *)args->t[slot], rows, cols, p);
       free(f32);
-      b->packed[slot] = p;
-      b->packed_from[slot] = t->data;
+      packed[slot] = p;
+      packed_from[slot] = t->data;
     }
-    args->packed[slot] = b->packed[slot];
+    args->packed[slot] = packed[slot];
   }
   return ATTNC_OK;
 }
@@ -233,7 +236,7 @@ attnc_status attnc_run(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
     return b->k->fns.run(&args) == 0 ? ATTNC_OK : attnc_err_set(err, ATTNC_ENOMEM, "out of memory in the plain kernel");
   if (b->k->gen.dtype != ATTNC_F64 && !getenv("ATTNC_NO_PRIMS")) { /* the primitives compute in f32 */
     args.prims = attnc_prims_get();
-    if (!b->k->gen.core && (s = pack_weights(b, &args, err)) != ATTNC_OK) return s;
+    if (!b->k->gen.core && (s = pack_weights(b, &args, 0, err)) != ATTNC_OK) return s;
   }
   args.nthreads = b->threads;
   bytes = b->k->fns.scratch_bytes(&args, args.nthreads);
@@ -387,7 +390,7 @@ attnc_status attnc_grad(attnc_bindings *b, attnc_tensor *out, const attnc_tensor
   if (!g->plain) {
     if (g->dtype != ATTNC_F64 && !getenv("ATTNC_NO_PRIMS")) {
       args.prims = attnc_prims_get();
-      if (!g->core && (s = pack_weights(b, &args, err)) != ATTNC_OK) return s;
+      if (!g->core && (s = pack_weights(b, &args, g->dtype == ATTNC_BF16, err)) != ATTNC_OK) return s;
     }
     args.nthreads = b->threads;
     args.parallel = backward_items;

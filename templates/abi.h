@@ -206,7 +206,8 @@ typedef struct attnc_args {
   long mask_stride[ATTNC_ABI_MAX_RANK]; /* mask element stride per batch axis (0 broadcasts), then Sk's */
   void *out;                            /* the output, dense row-major */
   const attnc_prims *prims;             /* NULL: plain C loops only */
-  const float *packed[ATTNC_SLOT_COUNT];/* weights packed for prims->linear, or NULL */
+  const float *packed[ATTNC_SLOT_COUNT];/* weights packed for the primitives, or NULL (a bf16 kernel's run: for
+                                         * prims->linear_bf16; NAME_backward of any kernel: for prims->linear) */
   void *scratch;                        /* NAME_scratch_bytes(args, nthreads) bytes (the kernel aligns it) */
   long nthreads;                        /* per-thread scratch regions in scratch (at least 1) */
   float *lse;                           /* spec key lse: (batch axes..., H, Sq) F32, else unused */

@@ -482,6 +482,121 @@ static void test_train_same_bits_any_threads(void **state)
     }
 }
 
+/* A bf16 train kernel keeps two packings of its weights on one set of
+ * bindings: bf16 panels for the forward (attnc_run), f32 panels for the
+ * backward (attnc_grad).  Runs and gradients alternate: each run gives the
+ * same bits as the first; the backward's out (f32 arithmetic, rounded
+ * once) is the run's to within bf16's bound; and every gradient is the f32
+ * kernel's, on the same bf16 tensors, rounded to bf16 (within one bf16
+ * step and the two f32 kernels' differences). */
+static void test_train_bf16_run_grad_run(void **state)
+{
+  const char *spec = "gqa x=2,70,64 heads=4 kv_heads=2 causal mask=key train dtype=bf16";
+  attnc_options ko = { ATTNC_BACKEND_CC, 2, "bf16_run_grad_run", ATTNC_FORM_FAST };
+  attnc_error e;
+  attnc_kernel *k = attnc_compile(spec, &ko, &e);
+  attnc_bindings *b;
+  checker_opts o;
+  checker_inputs *in;
+  attnc_tensor out, dout, g;
+  size_t n = 1, ng = 0;
+  unsigned char *run1, *grad1 = NULL;
+  double worst = 0, top = 0;
+  (void)state;
+  if (!k) fail_msg("%s: %s", spec, e.message);
+  b = attnc_bindings_new(k);
+  assert_non_null(b);
+  memset(&o, 0, sizeof o);
+  o.seed = 21;
+  in = checker_bind_random(k, b, &o, &e);
+  if (!in) fail_msg("%s: %s", spec, e.message);
+  assert_int_equal(attnc_output_shape(b, &out, &e), ATTNC_OK);
+  assert_int_equal(out.dtype, ATTNC_BF16);
+  for (int a = 0; a < out.rank; a++) n *= (size_t)out.shape[a];
+  out.data = malloc(2 * n);
+  run1 = malloc(2 * n);
+  dout = out;
+  dout.data = malloc(2 * n);
+  assert_non_null(out.data);
+  assert_non_null(run1);
+  assert_non_null(dout.data);
+  for (size_t i = 0; i < n; i++) {
+    const float v = (float)sin(0.37 * (double)i + 0.1);
+    attnc_convert(&v, ATTNC_F32, (uint16_t *)dout.data + i, ATTNC_BF16, 1);
+  }
+  assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+  memcpy(run1, out.data, 2 * n);
+  /* the f32 kernel of the same spec, on the same bf16 tensors (converted at bind) */
+  {
+    attnc_kernel *k32 = attnc_compile("gqa x=2,70,64 heads=4 kv_heads=2 causal mask=key train", &ko, &e);
+    attnc_bindings *b32;
+    attnc_tensor out32 = out;
+    if (!k32) fail_msg("%s", e.message);
+    b32 = attnc_bindings_new(k32);
+    assert_non_null(b32);
+    for (int slot = 0; slot < ATTNC_SLOT_COUNT; slot++)
+      if (b->k->gen.used[slot] && b->from[slot] && attnc_bind(b32, b->from[slot], &b->t[slot], &e) != ATTNC_OK)
+        fail_msg("binding %s to the f32 kernel: %s", b->from[slot], e.message);
+    out32.dtype = ATTNC_F32;
+    out32.data = malloc(4 * n);
+    assert_non_null(out32.data);
+    assert_int_equal(attnc_grad(b32, &out32, &dout, &e), ATTNC_OK);
+    assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+    for (int i = 0; attnc_grad_name(b32, i); i++) {
+      const char *name = attnc_grad_name(b32, i);
+      attnc_tensor g16, g32;
+      size_t m = 1, bad = 0;
+      assert_int_equal(attnc_grad_get(b32, name, &g32, &e), ATTNC_OK);
+      if (attnc_grad_get(b, name, &g16, &e) != ATTNC_OK) fail_msg("no bf16 gradient of %s: %s", name, e.message);
+      for (int a = 0; a < g32.rank; a++) m *= (size_t)g32.shape[a];
+      for (size_t j = 0; j < m; j++) {
+        float h;
+        const float w = ((const float *)g32.data)[j];
+        attnc_convert((const uint16_t *)g16.data + j, ATTNC_BF16, &h, ATTNC_F32, 1);
+        if (!(fabs((double)h - w) <= 0x1p-8 * fabs((double)w) + 1e-6)) bad++;
+      }
+      if (bad) fail_msg("grad.%s: %zu of %zu values are not the f32 kernel's rounded to bf16", name, bad, m);
+    }
+    free(out32.data);
+    attnc_bindings_free(b32);
+    attnc_release(k32);
+  }
+  for (int round = 0; round < 2; round++) {
+    assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+    for (size_t i = 0; i < n; i++) {
+      float a, c;
+      attnc_convert((const uint16_t *)run1 + i, ATTNC_BF16, &a, ATTNC_F32, 1);
+      attnc_convert((const uint16_t *)out.data + i, ATTNC_BF16, &c, ATTNC_F32, 1);
+      worst = fmax(worst, fabs((double)a - c));
+      top = fmax(top, fabs((double)a));
+    }
+    assert_non_null(attnc_grad_name(b, 0));
+    assert_int_equal(attnc_grad_get(b, attnc_grad_name(b, 0), &g, &e), ATTNC_OK);
+    assert_int_equal(g.dtype, ATTNC_BF16);
+    if (round == 0) {
+      ng = 1;
+      for (int a = 0; a < g.rank; a++) ng *= (size_t)g.shape[a];
+      grad1 = malloc(2 * ng);
+      assert_non_null(grad1);
+      memcpy(grad1, g.data, 2 * ng);
+    } else if (memcmp(grad1, g.data, 2 * ng) != 0) {
+      fail_msg("grad.%s differs between two attnc_grad calls with a run between them", attnc_grad_name(b, 0));
+    }
+    assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+    if (memcmp(run1, out.data, 2 * n) != 0) fail_msg("attnc_run after attnc_grad differs from the first run");
+  }
+  printf("bf16 run, grad, run: every gradient the f32 kernel's rounded; runs and gradients repeat bit for bit; the backward's out within %.3g of the run's "
+         "(largest |out| %.3g)\n", worst, top);
+  assert_true(top > 0 && worst <= 0.03 * top);
+  free(out.data);
+  free(dout.data);
+  free(run1);
+  free(grad1);
+  checker_inputs_free(in);
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -495,6 +610,7 @@ int main(void)
     cmocka_unit_test(test_train_grad_cc),
     cmocka_unit_test(test_train_grad_plain_tcc),
     cmocka_unit_test(test_train_same_bits_any_threads),
+    cmocka_unit_test(test_train_bf16_run_grad_run),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
