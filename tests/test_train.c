@@ -597,6 +597,108 @@ static void test_train_bf16_run_grad_run(void **state)
   attnc_release(k);
 }
 
+/* The backward as a program built ahead of time calls it: the kernel's
+ * NAME_backward on an attnc_args of its own, with no primitives, no
+ * threads and no grad_work (the fast form then allocates its buffers, and
+ * a 16-bit kernel its f32 copies).  Its gradients are attnc_grad's (which
+ * gives it all three) to within the f32 kernels' differences, and for a
+ * 16-bit kernel one step of dtype. */
+static void test_train_backward_called_directly(void **state)
+{
+  static const char *const specs[] = {
+    "mha x=2,40,32 heads=2 causal mask=key train",
+    "mha x=2,40,32 heads=2 causal mask=key train dtype=bf16",
+    "alphafold x=2,3,20,16 heads=2 gated bias=2,2,20,20 mask=key train dtype=f16",
+    "mha mode=core q=2,2,30,16 kv=2,1,40,16 causal=bottom_right train dtype=bf16",
+  };
+  (void)state;
+  for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
+    attnc_options ko = { ATTNC_BACKEND_CC, 2, "direct", ATTNC_FORM_FAST };
+    attnc_error e;
+    attnc_kernel *k = attnc_compile(specs[sp], &ko, &e);
+    attnc_bindings *b;
+    checker_opts o;
+    checker_inputs *in;
+    attnc_tensor out, dout;
+    attnc_args a;
+    long dims[64];
+    size_t n = 1, es, compared = 0;
+    double worst = 0;
+    if (!k) fail_msg("%s: %s", specs[sp], e.message);
+    b = attnc_bindings_new(k);
+    assert_non_null(b);
+    memset(&o, 0, sizeof o);
+    o.seed = 31 + sp;
+    in = checker_bind_random(k, b, &o, &e);
+    if (!in) fail_msg("%s: %s", specs[sp], e.message);
+    assert_int_equal(attnc_output_shape(b, &out, &e), ATTNC_OK);
+    es = attnc_dtype_size(out.dtype);
+    for (int i = 0; i < out.rank; i++) n *= (size_t)out.shape[i];
+    out.data = malloc(n * es);
+    dout = out;
+    dout.data = malloc(n * es);
+    assert_non_null(out.data);
+    assert_non_null(dout.data);
+    for (size_t i = 0; i < n; i++) {
+      const double v = sin(0.37 * (double)i + 0.1);
+      attnc_convert(&v, ATTNC_F64, (char *)dout.data + i * es, out.dtype, 1);
+    }
+    assert_int_equal(attnc_grad(b, &out, &dout, &e), ATTNC_OK);
+
+    memset(&a, 0, sizeof a);
+    for (int i = 0; i < k->gen.ndims && i < 64; i++) dims[i] = (long)b->dims[i];
+    a.dims = dims;
+    for (int slot = 0; slot < ATTNC_SLOT_COUNT; slot++)
+      if (k->gen.used[slot] && b->from[slot]) a.t[slot] = b->t[slot].data;
+    if (k->gen.has_mask) {
+      a.t[ATTNC_SLOT_MASK] = b->mask_u8;
+      memcpy(a.mask_stride, b->mask_stride, sizeof a.mask_stride);
+    }
+    a.out = malloc(n * es);
+    a.dout = dout.data;
+    a.nthreads = 1;
+    assert_non_null(a.out);
+    for (int slot = 0; slot < ATTNC_SLOT_COUNT; slot++)
+      if (b->grad[slot]) {
+        a.grad[slot] = malloc(b->grad_n[slot] * es + 1);
+        assert_non_null(a.grad[slot]);
+      }
+    assert_int_equal(k->fns.backward(&a), 0);
+    /* one scale for all: k's bias has a gradient of exactly 0 but for rounding */
+    double top = 0;
+    for (int slot = 0; slot < ATTNC_SLOT_COUNT; slot++)
+      for (size_t j = 0; a.grad[slot] && j < b->grad_n[slot]; j++) {
+        double w;
+        attnc_convert((char *)b->grad[slot] + j * es, out.dtype, &w, ATTNC_F64, 1);
+        top = fmax(top, fabs(w));
+      }
+    for (int slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+      if (!a.grad[slot]) continue;
+      for (size_t j = 0; j < b->grad_n[slot]; j++) {
+        double w, g;
+        attnc_convert((char *)b->grad[slot] + j * es, out.dtype, &w, ATTNC_F64, 1);
+        attnc_convert((char *)a.grad[slot] + j * es, out.dtype, &g, ATTNC_F64, 1);
+        /* f32: the primitives' sums against C loops'; 16 bits: and one step of dtype apart */
+        const double tol = (out.dtype == ATTNC_F32 ? 1e-5 : out.dtype == ATTNC_BF16 ? 0x1p-7 : 0x1p-10) * fabs(w) + 1e-5 * top;
+        if (!(fabs(g - w) <= tol))
+          fail_msg("%s: the direct call's gradient of slot %d element %zu is %.9g, attnc_grad's %.9g", specs[sp], slot, j, g, w);
+        worst = fmax(worst, fabs(g - w) / (top > 0 ? top : 1));
+        compared++;
+      }
+      free(a.grad[slot]);
+    }
+    printf("%s: NAME_backward called directly (no primitives, threads or grad_work): %zu gradient values, within %.3g "
+           "of attnc_grad's (relative to the largest gradient value)\n", specs[sp], compared, worst);
+    assert_true(compared > 0);
+    free(a.out);
+    free(out.data);
+    free(dout.data);
+    checker_inputs_free(in);
+    attnc_bindings_free(b);
+    attnc_release(k);
+  }
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -611,6 +713,7 @@ int main(void)
     cmocka_unit_test(test_train_grad_plain_tcc),
     cmocka_unit_test(test_train_same_bits_any_threads),
     cmocka_unit_test(test_train_bf16_run_grad_run),
+    cmocka_unit_test(test_train_backward_called_directly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
