@@ -210,10 +210,15 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
         if (g.gated) bytes += 3 * rows_x * H * C;
         if (g.pe) bytes += rows_x * (double)g.c_in + rows_kv * (g.self ? 2.0 * (double)g.c_in : (double)g.c_kv);
       }
-      bytes *= (double)es;
-      put(&t, "backward (train%s): %.0f FLOPs (%.3f GFLOP), the forward recomputed included; scratch %.0f bytes,\n"
+      /* a 16-bit kernel's backward runs in f32, on copies of every 16-bit
+       * tensor, its gradient, out and dout */
+      const int wide = g.dtype == ATTNC_BF16 || g.dtype == ATTNC_F16;
+      bytes *= wide ? 4.0 : (double)es;
+      if (wide) bytes += 2 * 4.0 * ((weights + inputs) / (double)es + rows_out * (g.core ? 1 : (double)g.c_in));
+      put(&t, "backward (train%s): %.0f FLOPs (%.3f GFLOP), the forward recomputed included%s; scratch %.0f bytes,\n"
               "  O(S): projections, heads, their gradients and one lse per query row, no Sq x Sk buffer\n",
-          g.dropout > 0 ? ", dropout" : "", bw, bw / 1e9, bytes);
+          g.dropout > 0 ? ", dropout" : "", bw, bw / 1e9,
+          wide ? ", in f32 on copies of the 16-bit tensors (out and the gradients rounded once)" : "", bytes);
     }
     put(&t, "  arithmetic intensity %.2f FLOP/byte (over weights + inputs%s + output)\n",
         total / (weights + inputs + cache + rows_out * (g.core ? 1 : (double)g.c_in) * (double)es + 1e-300),
