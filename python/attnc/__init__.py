@@ -432,7 +432,9 @@ class Kernel:
         weight and projection bias; not mask, positions or rope_freqs),
         "grad." + its key exactly as given (prefix included): an array of
         that tensor's shape (in_proj_weight whole) in the kernel's dtype,
-        float32 (float64 with dtype=f64), whatever dtype it was given in.
+        float32 (float64 with dtype=f64; with dtype=bf16 or f16 as run
+        returns those, the backward computing in f32), whatever dtype it
+        was given in.
         A spec without train raises attnc.Error (compile it with " train"
         added).  The backward runs on the kernel's threads (the fast
         form), with the GIL released.
