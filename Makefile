@@ -37,7 +37,7 @@ LIB_SRC  := runtime/error.c runtime/convert.c runtime/host.c runtime/jit_tcc.c r
             runtime/bindings.c runtime/run.c runtime/quantize.c runtime/safetensors.c runtime/explain.c \
             runtime/pool.c runtime/prims.c runtime/prims_avx512.c runtime/prims_avx2.c runtime/prims_amx.c runtime/prims_bf16.c runtime/prims_vnni.c
 LIB_OBJ  := $(LIB_SRC:runtime/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
-TESTS    := test_kernels test_specs test_spec test_safetensors test_reference test_prims test_runtime test_golden test_cli test_validation test_stress test_train
+TESTS    := test_kernels test_specs test_train test_stress test_spec test_safetensors test_reference test_prims test_runtime test_golden test_cli test_validation
 SPECS    := $(sort $(wildcard specs/*.attn))
 
 .PHONY: all deps demo test aot bench install clean examples example check-asan check-valgrind check-avx512-emu check-python
