@@ -641,14 +641,7 @@ void checker_grad_bounds(attnc_dtype dt, double *nmse, double *atol, double *a_r
     *nmse = 1e-8;
     *a_rms = *rtol = 1e-4;
   }
-  if (dt == ATTNC_BF16 || dt == ATTNC_F16) { /* gradients stored in 16 bits: the looser of the two rows */
-    double n2, at2, ar2, rt2;
-    checker_bounds(dt, &n2, &at2, &ar2, &rt2);
-    *nmse = fmax(*nmse, n2);
-    *atol = fmax(*atol, at2);
-    *a_rms = fmax(*a_rms, ar2);
-    *rtol = fmax(*rtol, rt2);
-  }
+  if (dt == ATTNC_BF16 || dt == ATTNC_F16) loosen_to(dt, nmse, atol, a_rms, rtol); /* gradients stored in 16 bits */
 }
 
 /* The slot a tensor was bound under by checker_bind_random, or -1. */
