@@ -360,17 +360,43 @@ function M.fast(p)
   return render("kernel.c.tmpl", env)
 end
 
+-- The C element type of each storage type, as a header comment names it
+local C_TYPE = {
+  f32 = "float", f64 = "double", bf16 = "bf16 as unsigned short", f16 = "f16 as unsigned short",
+  int8 = "int8 as signed char",
+}
+
+-- What the kernel reads in a slot, by the input's role in gen/plan.lua:
+-- the twin of attnc_slot_dtype in runtime/host.c, which the runtime
+-- converts bound tensors to (test_cli checks that the two agree)
+local function slot_type(p, t)
+  local s = p.spec
+  if t.role == "matrix" then return C_TYPE[s.weights or s.dtype] end
+  if t.role == "cache" then return C_TYPE[p.kv_dtype] end
+  if t.role == "scale" or t.role == "cache_scale" or t.slot == "rope_freqs" then return "float" end
+  if t.role == "cache_len" or t.slot == "q_pos" or t.slot == "k_pos" then return "long long" end
+  return C_TYPE[s.dtype]
+end
+
+local OPTIONAL = {
+  rope_freqs = "or NULL for all 1", q_pos = "or NULL for the default positions",
+  k_pos = "or NULL for the default positions",
+}
+
 function M.header(p, plain)
   local tensors = {}
   for _, t in ipairs(p.sig.inputs) do
-    insert(tensors, { slot_name = SLOT_NAMES[t.slot], shape = shape_text(t.shape) })
+    local ty = slot_type(p, t)
+    if OPTIONAL[t.slot] then ty = ty .. ", " .. OPTIONAL[t.slot] end
+    insert(tensors, { slot_name = SLOT_NAMES[t.slot], shape = shape_text(t.shape), type = ty })
   end
   local hb = {}
   if p.sig.mask then for _, d in ipairs(p.sig.mask.batch) do insert(hb, tostring(d)) end end
   local henv = {
     name = p.name, upper = supper(p.name), guard = supper(p.name) .. "_H",
     canonical = p.canonical, version = p.version, dims = p.dims, dim_list = dim_list(p),
-    tensors = tensors, out_shape = shape_text(p.sig.out), has_mask = p.has_mask,
+    tensors = tensors, out_shape = shape_text(p.sig.out), has_mask = p.has_mask, out_type = C_TYPE[p.spec.dtype],
+    lse_shape = p.sig.lse and shape_text(p.sig.lse), attn_shape = p.sig.attn and shape_text(p.sig.attn),
     mask_batch = "(" .. concat(hb, ", ") .. ")", abi = templates["abi.h"],
     H = p.H, G = p.G, C = p.C, core = p.core, C_IN = p.C_IN, C_KV = p.C_KV, plain = plain,
     cache = p.cache, kv = p.kv_dtype, cap = p.cache and tostring(p.spec.cache), train = p.train,

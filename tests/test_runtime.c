@@ -1466,6 +1466,79 @@ static void test_runtime_grad_bias_and_in_proj(void **state)
   attnc_release(k);
 }
 
+
+/* The C type a header comment names for a storage type. */
+static const char *header_type(attnc_dtype d)
+{
+  switch (d) {
+  case ATTNC_F32: return "float";
+  case ATTNC_F64: return "double";
+  case ATTNC_BF16: return "bf16 as unsigned short";
+  case ATTNC_F16: return "f16 as unsigned short";
+  case ATTNC_I8: return "int8 as signed char";
+  case ATTNC_I64: return "long long";
+  default: return "?";
+  }
+}
+
+/* An AOT caller learns each tensor's element type from the generated
+ * header's comment: it must name the type the runtime converts that slot
+ * to (attnc_slot_dtype), for every slot the kernel reads, in both forms. */
+static void test_runtime_header_names_types(void **state)
+{
+  static const char *const specs[] = {
+    "mha x=2,8,32 heads=4 mask=key rope=neox cache=32 kv_dtype=int8",
+    "gqa x=2,8,32 heads=4 kv_heads=2 rope=gptj alibi cache=16 kv_dtype=f16 dtype=bf16 weights=int8",
+    "mha x=1,16,32 heads=4 causal train dtype=bf16 lse weights_out",
+    "mha x=1,16,32 heads=4 dtype=f16 weights=f32",
+    "alphafold x=4,8,16 heads=2 head_dim=4 gated bias=2,8,8 sinks dtype=f64",
+    "mha mode=core q=2,4,8,16 kv=2,5,2,16 layout=bshc sinks dtype=bf16 lse",
+    "mha x=2,8,32 kv=2,5,24 heads=4 pe=sinusoidal alibi=4 weights=int8",
+  };
+  size_t i;
+  int plain, slot;
+  (void)state;
+  for (i = 0; i < sizeof specs / sizeof *specs; i++)
+    for (plain = 0; plain < 2; plain++) {
+      attnc_gen g;
+      attnc_error e = { 0 };
+      const char *out;
+      if (attnc_host_generate(specs[i], NULL, plain, &g, &e) != ATTNC_OK) fail_msg("%s: %s", specs[i], e.message);
+      for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
+        char want[96], *line;
+        const char *name = attnc_slot_name(slot), *ty, *eol;
+        size_t n = 0;
+        if (!g.used[slot] || slot == ATTNC_SLOT_MASK) continue;
+        n = (size_t)snprintf(want, sizeof want, " *   ATTNC_SLOT_");
+        for (; *name; name++) want[n++] = (char)(*name >= 'a' && *name <= 'z' ? *name - 32 : *name);
+        snprintf(want + n, sizeof want - n, "  (");
+        line = strstr(g.header, want);
+        if (!line) fail_msg("%s (plain %d): the header lists no %s", specs[i], plain, want);
+        ty = strstr(line, ")  ");
+        eol = strchr(line, '\n');
+        assert_non_null(ty);
+        assert_non_null(eol);
+        ty += 3;
+        n = strlen(header_type(attnc_slot_dtype(&g, slot)));
+        if (strncmp(ty, header_type(attnc_slot_dtype(&g, slot)), n) != 0 || ty + n > eol ||
+            (ty[n] != '\n' && ty[n] != ','))
+          fail_msg("%s (plain %d): %.*s: the header does not name %s", specs[i], plain, (int)(eol - line), line,
+                   header_type(attnc_slot_dtype(&g, slot)));
+        if (g.optional[slot] && (!(line = strstr(ty, ", or NULL")) || line > eol))
+          fail_msg("%s: %.*s: an optional slot not said to be optional", specs[i], (int)(eol - ty), ty);
+      }
+      out = strstr(g.header, " *   out  (");
+      assert_non_null(out);
+      out = strstr(out, ")  ");
+      assert_non_null(out);
+      if (strncmp(out + 3, header_type(g.dtype), strlen(header_type(g.dtype))) != 0)
+        fail_msg("%s: out's line does not name %s", specs[i], header_type(g.dtype));
+      if (g.has_lse != (strstr(g.header, " *   args.lse  (") != NULL)) fail_msg("%s: lse listed wrongly", specs[i]);
+      if (g.has_attn != (strstr(g.header, " *   args.attn  (") != NULL)) fail_msg("%s: attn listed wrongly", specs[i]);
+      attnc_gen_free(&g);
+    }
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -1494,6 +1567,7 @@ int main(void)
     cmocka_unit_test(test_runtime_grad_names_and_stacked_in_proj),
     cmocka_unit_test(test_runtime_grad_errors),
     cmocka_unit_test(test_runtime_grad_bias_and_in_proj),
+    cmocka_unit_test(test_runtime_header_names_types),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
