@@ -26,8 +26,6 @@ cc=${CC:-cc}
 
 [ -x "$attnc" ] || fail "$attnc is not an executable (build it with: make build/attnc)"
 [ -f "$spec" ] || fail "$spec is missing"
-command -v ldd >/dev/null 2>&1 || fail "ldd not found (Debian: libc-bin); cannot verify the binary's libraries"
-command -v nm >/dev/null 2>&1 || fail "nm not found (Debian: binutils); cannot verify the binary's symbols"
 
 mkdir -p "$out" || fail "cannot create $out"
 # from scratch: remove only what this script makes
@@ -46,15 +44,6 @@ echo "== $out/aot_example"
 "$out/aot_example" >"$out/aot_example.log" 2>&1 || { cat "$out/aot_example.log"; fail "the example's self-checks failed"; }
 cat "$out/aot_example.log"
 
-echo "== ldd / nm: no Lua, no tcc, no libattnc"
-libs=$(ldd "$out/aot_example" 2>&1) || true
-echo "$libs" | sed 's/^/  /'
-if echo "$libs" | grep -Ei 'lua|tcc|attnc' >/dev/null; then
-  fail "the binary links a Lua, tcc or attnc library"
-fi
-syms=$(nm "$out/aot_example" 2>&1) || fail "nm could not read $out/aot_example: $syms"
-bad=$(echo "$syms" | awk '{ print $NF }' | grep -E '^_*(lua|luaL|luaopen|tcc|attnc_compile|attnc_run|attnc_bind)_?' || true)
-[ -z "$bad" ] || fail "the binary references Lua/tcc/runtime symbols: $(echo $bad)"
-echo "  $(echo "$syms" | grep -c ' U ') undefined symbols, none from Lua or tcc"
+sh "$here/standalone.sh" "$out/aot_example" || fail "the binary is not standalone"
 
 echo "aot example: OK"
