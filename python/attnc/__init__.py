@@ -448,6 +448,8 @@ class Kernel:
                 _check(_grad(b, None, None, ctypes.byref(err)), err)
             finally:
                 _bindings_free(b)
+        if dout is None:  # else _call would run the forward alone and return no gradient
+            raise Error("grad needs dout, the gradient of out: an array of out's shape and a float dtype", 5)
         return self._call(tensors, prefix, seed, dims, dout)
 
     def _call(self, tensors, prefix, seed, dims, dout):

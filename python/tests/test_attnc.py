@@ -320,6 +320,17 @@ class TestErrors(unittest.TestCase):
         self.assertIn("this kernel has no backward pass: its spec lacks the key train", str(cm.exception))
         self.assertIn("compile the spec with train added", str(cm.exception))
 
+    def test_grad_needs_dout(self):
+        # dout None is a missing tensor, not a request for the forward alone
+        k = _train_kernel("mha x=1,3,16 heads=2 train")
+        if k is None:
+            self.skipTest("the generator emits no NAME_backward yet")
+        t = mha_tensors(np.random.default_rng(0), 1, 3, 16, 2)
+        with self.assertRaises(attnc.Error) as cm:
+            k.grad(t, None)
+        self.assertEqual(cm.exception.status, "ATTNC_EMISSING")
+        self.assertIn("grad needs dout", str(cm.exception))
+
     def test_seed_range(self):
         k = attnc.compile("mha x=1,3,16 heads=2")
         t = mha_tensors(np.random.default_rng(0), 1, 3, 16, 2)
