@@ -889,17 +889,19 @@ done:
 
 static double now_ms(void);
 
-/* --seed: the dropout seed, for a spec that drops anything; elsewhere it
- * would change nothing, which a caller passing it would not expect.
- * 0, or 1 (printed). */
+/* --seed: the dropout seed of a train spec (DESIGN.md: "--seed sets the
+ * dropout seed of a train spec"; grad, which implies train, lists
+ * [--seed N] for every spec).  A train spec without dropout takes it and
+ * drops nothing, as the C API's attnc_bindings_set_seed and Python's
+ * seed= do; a spec without train, which has no dropout to seed, is an
+ * error.  0, or 1 (printed). */
 static int set_seed(struct cli *c, attnc_bindings *b)
 {
   attnc_error e;
   if (!c->seed_given) return 0;
-  if (!(b->k->gen.dropout > 0)) {
-    fprintf(stderr, "attnc: error: --seed is the dropout seed, and this spec drops nothing (it has no dropout=P%s): "
-                    "drop --seed, or add %sdropout=P to the spec\n", b->k->gen.train ? "" : ", nor train",
-            b->k->gen.train ? "" : "train ");
+  if (!b->k->gen.train) {
+    fprintf(stderr, "attnc: error: --seed is the dropout seed, and this spec drops nothing (it has no dropout=P, nor train): "
+                    "drop --seed, or add train dropout=P to the spec\n");
     return 1;
   }
   if (attnc_bindings_set_seed(b, (uint64_t)c->dropout_seed, &e) != ATTNC_OK) { print_error(&e); return 1; }

@@ -2456,6 +2456,41 @@ static void test_cli_grad_usage_and_errors(void **state)
   EXPECT_HAS(r, r.err, "add train dropout=P", "and the fix");
   cli_free(&r);
   assert_false(file_exists("g.safetensors"));
+  /* a train spec takes --seed whether or not it has dropout (DESIGN.md's
+   * run row: the dropout seed of a train spec; grad implies train and
+   * lists [--seed N] for every spec): nothing is dropped, the result is
+   * the seedless one */
+  CLI(r, "run", RUN_SPEC " train", "--tensors", "w_grad_err.safetensors", "--out", "g_seed.safetensors", "--seed", "5");
+  EXPECT_EXIT0(r, "run --seed on a train spec without dropout");
+  cli_free(&r);
+  {
+    st_tensor d = tens("dout", X134, 3, 1, 3, 4);
+    st_write("d_seed.safetensors", &d, 1);
+  }
+  CLI(r, "grad", RUN_SPEC, "--tensors", "w_grad_err.safetensors", "--dout", "d_seed.safetensors", "--out",
+      "g_seed.safetensors", "--seed", "18446744073709551615");
+  EXPECT_EXIT0(r, "grad --seed on a spec without dropout");
+  cli_free(&r);
+  CLI(r, "grad", RUN_SPEC, "--tensors", "w_grad_err.safetensors", "--dout", "d_seed.safetensors", "--out",
+      "g_noseed.safetensors");
+  EXPECT_EXIT0(r, "grad without --seed");
+  cli_free(&r);
+  {
+    static const char *const gnames[] = { "out", "grad.x", "grad.q_proj.weight" };
+    size_t i;
+    for (i = 0; i < sizeof gnames / sizeof gnames[0]; i++) {
+      int ra, rb, j;
+      int64_t sa[8], sb[8];
+      float *a = st_read("g_seed.safetensors", gnames[i], &ra, sa);
+      float *b = st_read("g_noseed.safetensors", gnames[i], &rb, sb);
+      size_t count = 1;
+      assert_int_equal(ra, rb);
+      for (j = 0; j < ra; j++) { assert_true(sa[j] == sb[j]); count *= (size_t)sa[j]; }
+      assert_memory_equal(a, b, count * sizeof *a); /* the seed dropped nothing */
+      free(a);
+      free(b);
+    }
+  }
   {
     static const char *const bad[] = { "-1", "18446744073709551616", "1x", "", " 1", "+1" };
     size_t i;
