@@ -202,6 +202,39 @@ static void forget_packed(attnc_bindings *b)
     if (attnc_slot_is_matrix(s)) b->packed_from[s] = b->packed32_from[s] = NULL;
 }
 
+/* One role, one name: a role given under two names (q_proj.weight and
+ * linear_q.weight, or q_proj.weight beside in_proj_weight) would leave
+ * one of them silently unused, and its gradient zero.  Binding the same
+ * name again is how new values come in.  slot: as
+ * attnc_bindings_lookup_name returns it. */
+static attnc_status one_name(const attnc_bindings *b, const char *name, int slot, attnc_error *err)
+{
+  static const int stacked[3][3] = {
+    { ATTNC_SLOT_WQ, ATTNC_SLOT_WK, ATTNC_SLOT_WV },
+    { ATTNC_SLOT_BQ, ATTNC_SLOT_BK, ATTNC_SLOT_BV },
+    { ATTNC_SLOT_WQ_SCALE, ATTNC_SLOT_WK_SCALE, ATTNC_SLOT_WV_SCALE },
+  };
+  static const char *const stacked_name[3] = { "in_proj_weight", "in_proj_bias", "in_proj_weight_scale" };
+  const char *other = NULL;
+  int i, j, role = slot;
+  if (slot <= -2) {
+    for (i = 0; i < 3 && !other; i++) {
+      const int s = stacked[-slot - 2][i];
+      if (b->from[s] && strcmp(b->from[s], name) != 0) other = b->from[s], role = s;
+    }
+  } else {
+    if (b->from[slot] && strcmp(b->from[slot], name) != 0) other = b->from[slot];
+    for (i = 0; i < 3 && !other; i++)
+      for (j = 0; j < 3; j++)
+        if (stacked[i][j] == slot && (i == 0 ? b->has_in_proj_w : i == 1 ? b->has_in_proj_b : b->has_in_proj_s))
+          other = stacked_name[i];
+  }
+  if (!other) return ATTNC_OK;
+  return attnc_err_set(err, ATTNC_EBIND,
+                       "tensors '%s' and '%s' both give %s (one of %s): bind only one of them (to switch names, "
+                       "make new bindings)", other, name, attnc_slot_name(role), slot_aliases(role));
+}
+
 /* Bind one tensor; quiet=1 skips names the kernel does not use. */
 static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_tensor *t, int quiet, attnc_error *err)
 {
@@ -226,6 +259,7 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
     }
     {
       attnc_status s = check_dtype(name, slot, t, g, err);
+      if (s == ATTNC_OK) s = one_name(b, name, slot, err);
       if (s != ATTNC_OK) return s;
     }
     if (slot == -2) { b->in_proj_w = *t; b->has_in_proj_w = 1; }
@@ -254,6 +288,7 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
   }
   {
     attnc_status s = check_dtype(name, slot, t, g, err);
+    if (s == ATTNC_OK) s = one_name(b, name, slot, err);
     if (s != ATTNC_OK) return s;
   }
   b->t[slot] = *t;

@@ -266,6 +266,49 @@ static void bind_mha8_weights(attnc_bindings *b, int skip_slot)
 /* ------------------------------------------------------------------ */
 /* shapes, dtypes, missing tensors, named dims                         */
 
+/* One role, one name: a role bound under a second name (another alias,
+ * or a separate q/k/v weight beside the stacked in_proj_weight) is an
+ * error naming both, whichever comes first; the same name binds again. */
+static void test_validation_one_role_one_name(void **state)
+{
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha x=2,3,8 heads=2", NULL, &e);
+  attnc_bindings *b;
+  attnc_tensor w = T(ATTNC_F32, zeros, 8, 8), stacked = T(ATTNC_F32, zeros, 24, 8), x = T(ATTNC_F32, zeros, 2, 3, 8), out;
+  attnc_tensor bias = T(ATTNC_F32, zeros, 8), stacked_bias = T(ATTNC_F32, zeros, 24);
+  float obuf[2 * 3 * 8];
+  (void)state;
+  assert_non_null(k);
+  out = T(ATTNC_F32, obuf, 2, 3, 8);
+  /* two aliases of one slot */
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind(b, "linear_o.weight", &w, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "linear_o.weight", &w, &e), ATTNC_OK);
+  EXPECT_ERR(attnc_bind(b, "o_proj.weight", &w, &e), &e, ATTNC_EBIND, "'linear_o.weight'", "'o_proj.weight'",
+             "bind only one");
+  attnc_bindings_free(b);
+  /* in_proj_weight, then q_proj.weight; and the other way round */
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &stacked, &e), ATTNC_OK);
+  EXPECT_ERR(attnc_bind(b, "q_proj.weight", &w, &e), &e, ATTNC_EBIND, "'in_proj_weight'", "'q_proj.weight'");
+  assert_int_equal(attnc_bind(b, "in_proj_bias", &stacked_bias, &e), ATTNC_OK);
+  EXPECT_ERR(attnc_bind(b, "v_proj.bias", &bias, &e), &e, ATTNC_EBIND, "'in_proj_bias'", "'v_proj.bias'");
+  /* after a run has split the stacked tensors, binding them again is fine */
+  assert_int_equal(attnc_bind(b, "x", &x, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.weight", &w, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "out_proj.bias", &bias, &e), ATTNC_OK);
+  assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "in_proj_weight", &stacked, &e), ATTNC_OK);
+  EXPECT_ERR(attnc_bind(b, "k_proj.weight", &w, &e), &e, ATTNC_EBIND, "'in_proj_weight'", "'k_proj.weight'");
+  assert_int_equal(attnc_run(b, &out, &e), ATTNC_OK);
+  attnc_bindings_free(b);
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind(b, "k_proj.weight", &w, &e), ATTNC_OK);
+  EXPECT_ERR(attnc_bind(b, "in_proj_weight", &stacked, &e), &e, ATTNC_EBIND, "'k_proj.weight'", "'in_proj_weight'");
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
 static void test_validation_shape_mismatch(void **state)
 {
   attnc_error e;
@@ -292,14 +335,14 @@ static void test_validation_shape_mismatch(void **state)
   assert_int_equal(attnc_bind(b, "x", &x, &e), ATTNC_OK);
   {
     attnc_tensor wo = T(ATTNC_F32, zeros, 9, 8), bq = T(ATTNC_F32, zeros, 7);
-    assert_int_equal(attnc_bind(b, "o_proj.weight", &wo, &e), ATTNC_OK);
-    EXPECT_ERR(attnc_run(b, &out, &e), &e, ATTNC_EBIND, "tensor 'o_proj.weight'", "(9, 8)", "axis 0 is 9", "the spec says 8");
+    assert_int_equal(attnc_bind(b, "linear_o.weight", &wo, &e), ATTNC_OK);
+    EXPECT_ERR(attnc_run(b, &out, &e), &e, ATTNC_EBIND, "tensor 'linear_o.weight'", "(9, 8)", "axis 0 is 9", "the spec says 8");
     wo.shape[0] = 8;
-    assert_int_equal(attnc_bind(b, "o_proj.weight", &wo, &e), ATTNC_OK);
-    assert_int_equal(attnc_bind(b, "q_proj.bias", &bq, &e), ATTNC_OK);
-    EXPECT_ERR(attnc_run(b, &out, &e), &e, ATTNC_EBIND, "tensor 'q_proj.bias'", "(7)", "axis 0 is 7", "the spec says 8");
+    assert_int_equal(attnc_bind(b, "linear_o.weight", &wo, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b, "linear_q.bias", &bq, &e), ATTNC_OK);
+    EXPECT_ERR(attnc_run(b, &out, &e), &e, ATTNC_EBIND, "tensor 'linear_q.bias'", "(7)", "axis 0 is 7", "the spec says 8");
     bq.shape[0] = 8;
-    assert_int_equal(attnc_bind(b, "q_proj.bias", &bq, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b, "linear_q.bias", &bq, &e), ATTNC_OK);
   }
   /* now everything fits: the output is checked next */
   out = T(ATTNC_F32, obuf, 2, 4, 8);
@@ -1484,6 +1527,7 @@ int main(int argc, char **argv)
 {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_validation_shape_mismatch),
+    cmocka_unit_test(test_validation_one_role_one_name),
     cmocka_unit_test(test_validation_dtype_mismatch),
     cmocka_unit_test(test_validation_missing_tensors),
     cmocka_unit_test(test_validation_named_dim_two_sizes),
