@@ -19,7 +19,7 @@
 
 extern const char attnc_generator_id[];
 
-#define INDEX_MAGIC "ATTNCIX3"
+#define INDEX_MAGIC "ATTNCIX4"
 
 static int index_path(const char *spec, int plain, char *out, size_t n)
 {

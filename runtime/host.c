@@ -454,6 +454,11 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
     g->wdtype = !dt ? g->dtype : strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64
               : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
     lua_pop(L, 1);
+    lua_getfield(L, sp, "weights_word"); /* as written: the declared storage */
+    dt = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+    g->wstore = !dt ? g->wdtype : strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64
+              : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
+    lua_pop(L, 1);
     lua_getfield(L, sp, "kv_dtype"); /* cache specs only */
     dt = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
     g->kv_dtype = !dt ? g->dtype : strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64

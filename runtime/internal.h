@@ -30,6 +30,9 @@ typedef struct attnc_gen {
   int plain;               /* the plain form: NAME_run only, no phases */
   attnc_dtype dtype;
   attnc_dtype wdtype;      /* the weight matrices' storage: dtype, another float type, or I8 (weights=int8) */
+  attnc_dtype wstore;      /* the weights' storage as the spec declares it (weights=, else dtype): an f64 kernel
+                              holds f32/bf16/f16 weights widened to f64 (wdtype F64), so binding first rounds a
+                              weight given in another dtype to wstore, as the spec's storage would hold it */
   int ndims;
   char **dim_names;
   int used[ATTNC_SLOT_COUNT];

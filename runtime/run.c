@@ -31,9 +31,15 @@ static attnc_status convert_tensors(attnc_bindings *b, attnc_args *args, attnc_e
   for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
     const attnc_tensor *t = &b->t[slot];
     const attnc_dtype kd = attnc_slot_dtype(&b->k->gen, slot);
+    /* a weight the spec stores narrower than the kernel holds it (dtype=f64
+     * weights=f32|bf16|f16): rounded to that storage first, unless given in it */
+    const attnc_dtype sd = attnc_slot_is_matrix(slot) && b->k->gen.wstore != ATTNC_I8 && kd != ATTNC_I8 &&
+                                   attnc_dtype_size(b->k->gen.wstore) < attnc_dtype_size(kd)
+                               ? b->k->gen.wstore : kd;
+    const int narrow = sd != kd && t->dtype != sd;
     size_t n = 1;
-    if (!b->k->gen.used[slot] || !b->from[slot] || slot == ATTNC_SLOT_MASK || t->dtype == kd || kd == ATTNC_I64 ||
-        attnc_slot_is_cache(slot))
+    if (!b->k->gen.used[slot] || !b->from[slot] || slot == ATTNC_SLOT_MASK || (t->dtype == kd && !narrow) ||
+        kd == ATTNC_I64 || attnc_slot_is_cache(slot))
       continue; /* (the caches are bound in their own dtype: attnc_bind checks) */
     if (attnc_slot_is_weight(slot) && b->conv_from[slot] == t->data && b->conv[slot]) {
       args->t[slot] = b->conv[slot];
@@ -47,7 +53,15 @@ static attnc_status convert_tensors(attnc_bindings *b, attnc_args *args, attnc_e
       b->conv[slot] = p;
       b->conv_n[slot] = n;
     }
-    attnc_convert(t->data, t->dtype, b->conv[slot], kd, n);
+    if (narrow) { /* weights only: converted once per binding */
+      void *tmp = malloc(attnc_dtype_size(sd) * (n > 0 ? n : 1));
+      if (!tmp) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory converting '%s' to %s", b->from[slot], attnc_dtype_name(sd));
+      attnc_convert(t->data, t->dtype, tmp, sd, n);
+      attnc_convert(tmp, sd, b->conv[slot], kd, n);
+      free(tmp);
+    } else {
+      attnc_convert(t->data, t->dtype, b->conv[slot], kd, n);
+    }
     b->conv_from[slot] = t->data;
     args->t[slot] = b->conv[slot];
   }

@@ -1539,6 +1539,61 @@ static void test_runtime_header_names_types(void **state)
     }
 }
 
+/* dtype=f64 with narrower declared weights (weights=f32 or bf16): a weight
+ * given wider than that storage is rounded to it once at bind time, so F64
+ * weights give exactly the result of the same weights already rounded. */
+static double round_bf16(double v)
+{
+  float f = (float)v;
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static void run_f64_weights(const char *spec, const double *w, double *out)
+{
+  attnc_error e;
+  attnc_kernel *k = attnc_compile(spec, NULL, &e);
+  attnc_bindings *b;
+  static double x[24];
+  int i;
+  attnc_tensor tx = { ATTNC_F64, 3, { 1, 3, 8 }, x }, tw = { ATTNC_F64, 2, { 8, 8 }, (void *)w }, to;
+  if (!k) fail_msg("%s: %s", spec, e.message);
+  b = attnc_bindings_new(k);
+  for (i = 0; i < 24; i++) x[i] = sin(0.7 * i + 0.3);
+  assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "q_proj.weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "k_proj.weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "v_proj.weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "o_proj.weight", &tw, &e), ATTNC_OK);
+  assert_int_equal(attnc_output_shape(b, &to, &e), ATTNC_OK);
+  to.data = out;
+  if (attnc_run(b, &to, &e) != ATTNC_OK) fail_msg("run: %s", e.message);
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
+static void test_runtime_f64_kernel_rounds_weights_to_declared_storage(void **state)
+{
+  static const char *specs[] = { "mha x=1,3,8 heads=1 dtype=f64 weights=f32 qkv_bias=false out_bias=false",
+                                 "mha x=1,3,8 heads=1 dtype=f64 weights=bf16 qkv_bias=false out_bias=false" };
+  double w[64], wr[64], a[24], r[24];
+  int s, i;
+  (void)state;
+  for (s = 0; s < 2; s++) {
+    for (i = 0; i < 64; i++) {
+      w[i] = 0.3 * cos(1.3 * i + 0.1) + 1e-9 * i; /* not representable in f32 or bf16 */
+      wr[i] = s == 0 ? (double)(float)w[i] : round_bf16(w[i]);
+    }
+    run_f64_weights(specs[s], w, a);
+    run_f64_weights(specs[s], wr, r);
+    for (i = 0; i < 24; i++)
+      if (a[i] != r[i]) fail_msg("%s: out[%d] = %.17g with F64 weights, %.17g with them rounded", specs[s], i, a[i], r[i]);
+  }
+}
+
 int main(void)
 {
   const struct CMUnitTest tests[] = {
@@ -1568,6 +1623,7 @@ int main(void)
     cmocka_unit_test(test_runtime_grad_errors),
     cmocka_unit_test(test_runtime_grad_bias_and_in_proj),
     cmocka_unit_test(test_runtime_header_names_types),
+    cmocka_unit_test(test_runtime_f64_kernel_rounds_weights_to_declared_storage),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
