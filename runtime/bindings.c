@@ -304,8 +304,11 @@ attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor 
 {
   attnc_err_clear(err);
   if (!b || !name) return attnc_err_set(err, ATTNC_EARG, "attnc_bind needs bindings and a name");
-  b->ngrad = 0; /* the gradients of the last attnc_grad belong to the tensors bound then */
-  return bind_named(b, name, t, 0, err);
+  {
+    const attnc_status s = bind_named(b, name, t, 0, err);
+    if (s == ATTNC_OK) b->ngrad = 0; /* the gradients of the last attnc_grad belong to the tensors bound then */
+    return s;
+  }
 }
 
 attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *f, const char *prefix, int *nbound, attnc_error *err)
