@@ -1,13 +1,17 @@
 /* AVX512-VNNI without AMX: linear_q8 (int8 weights) on vpdpbusd, which
  * sums four u8 x s8 products into each i32 lane: four times the lanes of
- * an f32 FMA per instruction.  Each row of x is quantised on the fly, as
- * PyTorch's dynamic quantisation does (per row here, not per tensor):
- * s = max|x| / 127, xq = round(x / s) in -127..127 (vpdpbusd's signed
- * operand).  The weights are its unsigned operand, stored as w + 128, and
- * the 128 is taken back out through each row's sum of xq.  So y = s *
- * scale[n] * (acc - 128 sum(xq)) + b, within s / 2 * sum_k |w[n][k]| of
- * the exact product: DESIGN.md lets weights=int8 choose how activations
- * meet the weights within its bound.
+ * an f32 FMA per instruction.  Each row of x is quantised on the fly in
+ * two levels: s1 = max|x| / 127, q1 = round(x / s1) in -127..127
+ * (vpdpbusd's signed operand), then the remainder x - s1 q1 (at most s1 /
+ * 2) as s2 = s1 / 254, q2 = round((x - s1 q1) / s2) in -127..127.  The
+ * weights are the unsigned operand, stored as w + 128, and the 128 is
+ * taken back out through each level's sum of q.  So y = scale[n] * (s1
+ * (acc1 - 128 sum(q1)) + s2 (acc2 - 128 sum(q2))) + b, within s2 / 2 *
+ * sum_k |w[n][k]| of the exact product: about 1/508 of one level's error.
+ * One level (PyTorch's dynamic quantisation, per tensor there) lost up to
+ * max|x| / 254 per element: with an outlier channel, or a softmax sharp
+ * enough to magnify q's and k's errors, outputs left DESIGN.md's int8
+ * bound, which two levels meet with a wide margin at twice the products.
  * The weights come regrouped for vpdpbusd (attnc_prims_pack_q8_vnni) when
  * n_in is a multiple of 4 up to 16384 (where i32 sums could overflow);
  * other widths are regrouped at each call, from attnc_prims_pack_q8's
@@ -27,8 +31,8 @@
 
 #define NR ATTNC_PACK_NR
 #define VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,prfchw")))
-#define VB 12          /* rows a block: 24 sums, two weight vectors and x's broadcast in registers */
-#define VR (4 * VB)    /* rows quantised at a time (a pass: 4 blocks) */
+#define VB 12          /* levels a block (6 rows of 2): 24 sums, two weight vectors and a broadcast in registers */
+#define VR (2 * VB)    /* rows quantised at a time (a pass: 4 blocks) */
 #define VNNI_MAX_IN 16384 /* 4096 steps of at most 4 * 255 * 128: within i32 */
 /* Fewer rows of weights regrouped at each call go to the f32 linear_q8:
  * the regrouping (one pass over the weights, about 12 instructions a 128
@@ -104,10 +108,11 @@ void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_o
   }
 }
 
-/* A quantised row (a record, xs + 16 bytes, xs the bytes of its values
- * rounded up to 16): its n_in s8 values (0 from n_in to xs), then its
- * scale (f32), 128 times the sum of its values (i32) and 1 when x's row
- * held a NaN or an infinity (i32), whose values are then 0 */
+/* A quantised row is two records, its levels: q1, then q2 (each xs + 16
+ * bytes, xs the bytes of its values rounded up to 16): the level's n_in
+ * s8 values (0 from n_in to xs), then its scale (f32), 128 times the sum
+ * of its values (i32) and, in the first, 1 when x's row held a NaN or an
+ * infinity (i32), whose values are then 0 */
 #define REC_TAIL 16
 static long rec_xs(long n_in)
 {
@@ -127,23 +132,40 @@ static int rec_int(const signed char *r, long xs, int i)
   return v;
 }
 
-/* rows of x (n_in each) to records rb bytes apart.  A NaN or an infinity
+/* One level's values, 16 at a time: round(v * inv) to d, summed into *isum */
+VNNI static inline __attribute__((always_inline)) void put_level(__m512 v, __m512 inv, signed char *d, __m512i *isum)
+{
+  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
+  *isum = _mm512_add_epi32(*isum, q);
+  _mm_storeu_si128((__m128i *)d, _mm512_cvtepi32_epi8(q));
+}
+
+static void put_tail(signed char *d, long xs, float scale, int sum128, int flag)
+{
+  const int t[2] = { sum128, flag };
+  memcpy(d + xs, &scale, sizeof scale);
+  memcpy(d + xs + 4, t, sizeof t);
+}
+
+/* rows of x (n_in each) to pairs of records rb bytes apart (rb at least
+ * twice xs + REC_TAIL; the second level at half rb).  A NaN or an infinity
  * shows in the row's sum (which, for finite values, can only overflow
  * past 3e38 times n_in / 16 and send a row that could be quantised to the
- * f32 path, which is still right).  No clamp: |x| <= max|x| puts x * 127
- * / max|x| within a rounding of 127, and it rounds to 127 at most. */
+ * f32 path, which is still right).  No clamp on the first level: |x| <=
+ * max|x| puts x * 127 / max|x| within a rounding of 127, and it rounds to
+ * 127 at most; the remainder is within s1 / 2 (plus a rounding of x), so
+ * the second is clamped to 127 only against that rounding. */
 VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, signed char *xq, long rb)
 {
-  const long n16 = n_in / 16 * 16, xs = rec_xs(n_in);
+  const long n16 = n_in / 16 * 16, xs = rec_xs(n_in), half = rb / 2;
   const __mmask16 tail = (__mmask16)((1u << (n_in - n16)) - 1u);
   long r, k;
   for (r = 0; r < rows; r++) {
     const float *xr = x + r * x_stride;
-    signed char *d = xq + r * rb;
-    __m512 mx0 = _mm512_setzero_ps(), mx1 = _mm512_setzero_ps(), sum = _mm512_setzero_ps(), inv, v;
-    __m512i isum = _mm512_setzero_si512();
-    float amax, total, sx;
-    int tail_i[2];
+    signed char *d = xq + r * rb, *d2 = d + half;
+    __m512 mx0 = _mm512_setzero_ps(), mx1 = _mm512_setzero_ps(), sum = _mm512_setzero_ps(), v;
+    __m512i isum = _mm512_setzero_si512(), isum2 = _mm512_setzero_si512();
+    float amax, total, s1;
     for (k = 0; k + 32 <= n16; k += 32) {
       const __m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xr + k + 16);
       mx0 = _mm512_max_ps(mx0, _mm512_abs_ps(a));
@@ -159,23 +181,28 @@ VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, s
     total = _mm512_reduce_add_ps(sum);
     if (!(total - total == 0)) { /* a NaN or an infinity */
       memset(d, 0, (size_t)xs);
-      sx = 0;
-      tail_i[0] = 0;
-      tail_i[1] = 1;
-    } else {
-      sx = amax > 0 ? amax / 127.0f : 1.0f;
-      inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-      for (k = 0; k < xs; k += 16) {
-        const __m512i q = _mm512_cvtps_epi32(
-            _mm512_mul_ps(k < n16 ? _mm512_loadu_ps(xr + k) : _mm512_maskz_loadu_ps(k < n_in ? tail : (__mmask16)0, xr + k), inv));
-        isum = _mm512_add_epi32(isum, q);
-        _mm_storeu_si128((__m128i *)(d + k), _mm512_cvtepi32_epi8(q));
-      }
-      tail_i[0] = 128 * _mm512_reduce_add_epi32(isum); /* |sum| <= 127 * 16384 */
-      tail_i[1] = 0;
+      memset(d2, 0, (size_t)xs);
+      put_tail(d, xs, 0, 0, 1);
+      put_tail(d2, xs, 0, 0, 0);
+      continue;
     }
-    memcpy(d + xs, &sx, sizeof sx);
-    memcpy(d + xs + 4, tail_i, sizeof tail_i);
+    s1 = amax > 0 ? amax / 127.0f : 1.0f;
+    {
+      const float s2 = s1 / 254.0f;
+      const __m512 inv1 = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f), inv2 = _mm512_set1_ps(amax > 0 ? 1.0f / s2 : 0.0f);
+      const __m512 vs1 = _mm512_set1_ps(s1), lim = _mm512_set1_ps(127.0f);
+      for (k = 0; k < xs; k += 16) {
+        const __m512 xv = k < n16 ? _mm512_loadu_ps(xr + k) : _mm512_maskz_loadu_ps(k < n_in ? tail : (__mmask16)0, xr + k);
+        const __m512 q1 = _mm512_roundscale_ps(_mm512_mul_ps(xv, inv1), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512 rem = _mm512_fnmadd_ps(q1, vs1, xv); /* x - s1 q1, one rounding */
+        put_level(q1, _mm512_set1_ps(1.0f), d + k, &isum);
+        put_level(_mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(rem, inv2), lim), _mm512_sub_ps(_mm512_setzero_ps(), lim)),
+                  _mm512_set1_ps(1.0f), d2 + k, &isum2);
+      }
+      /* |sums| <= 127 * 16384 */
+      put_tail(d, xs, s1, 128 * _mm512_reduce_add_epi32(isum), 0);
+      put_tail(d2, xs, s2, 128 * _mm512_reduce_add_epi32(isum2), 0);
+    }
   }
 }
 
@@ -189,9 +216,9 @@ VNNI static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __
   return acc;
 }
 
-/* c (MR rows by 32 outputs, m0 and m1 the live ones) = MR records of xq
- * (rb bytes apart, xs of values) times the regrouped panel wg, scaled and
- * biased as the file says */
+/* c (MR / 2 rows by 32 outputs, m0 and m1 the live ones) = MR records of
+ * xq (rb bytes apart, xs of values; a row's two levels one after the
+ * other) times the regrouped panel wg, scaled and biased as the file says */
 VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int MR, long k4n, const signed char *xq, long rb,
                                                                          long xs, const unsigned char *wg, const float *scale,
                                                                          float *c, long ldc, const float *bias, __mmask16 m0,
@@ -205,8 +232,10 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
     acc1[i] = _mm512_setzero_si512();
     /* the outputs' lines asked for now, owned by the time the sums are
      * stored: a projection's outputs are fresh memory, past L2 */
-    __builtin_prefetch(c + i * ldc, 1, 3);
-    __builtin_prefetch(c + i * ldc + 16, 1, 3);
+    if (i % 2 == 0) {
+      __builtin_prefetch(c + i / 2 * ldc, 1, 3);
+      __builtin_prefetch(c + i / 2 * ldc + 16, 1, 3);
+    }
   }
   for (k4 = 0; k4 < k4n; k4++) {
     const __m512i w0 = _mm512_load_si512(wg + k4 * 128), w1 = _mm512_load_si512(wg + k4 * 128 + 64);
@@ -222,11 +251,15 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
     const __m512 w0 = _mm512_loadu_ps(scale), w1 = _mm512_loadu_ps(scale + 16);
     const __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     const __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-    for (i = 0; i < MR; i++) {
-      const __m512 s = _mm512_set1_ps(rec_scale(xq + i * rb, xs));
-      const __m512i z = _mm512_set1_epi32(rec_int(xq + i * rb, xs, 0));
-      _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], z)), _mm512_mul_ps(s, w0), c0));
-      _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], z)), _mm512_mul_ps(s, w1), c1));
+    for (i = 0; i < MR; i += 2) {
+      const __m512 s1 = _mm512_set1_ps(rec_scale(xq + i * rb, xs)), s2 = _mm512_set1_ps(rec_scale(xq + (i + 1) * rb, xs));
+      const __m512i z1 = _mm512_set1_epi32(rec_int(xq + i * rb, xs, 0)), z2 = _mm512_set1_epi32(rec_int(xq + (i + 1) * rb, xs, 0));
+      const __m512 t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], z1)), s1,
+                                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i + 1], z2)), s2));
+      const __m512 t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], z1)), s1,
+                                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i + 1], z2)), s2));
+      _mm512_mask_storeu_ps(c + i / 2 * ldc, m0, _mm512_fmadd_ps(t0, w0, c0));
+      _mm512_mask_storeu_ps(c + i / 2 * ldc + 16, m1, _mm512_fmadd_ps(t1, w1, c1));
     }
   }
 }
@@ -300,11 +333,11 @@ VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, lo
                         const void *packed, long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
                         long head_stride)
 {
-  const long panels = (n_out + NR - 1) / NR, nblk = (rows + VB - 1) / VB, npass = (nblk + 3) / 4, k4n = (n_in + 3) / 4;
+  const long panels = (n_out + NR - 1) / NR, nblk = (rows + VB / 2 - 1) / (VB / 2), npass = (nblk + 3) / 4, k4n = (n_in + 3) / 4;
   const int pre = grouped(n_in);
   /* from one panel's regrouped weights to the next: as packed, or as regrouped here */
   const long gstep = pre ? ATTNC_Q8_PANEL(n_in) : k4n * 128, wbytes = pre ? 0 : panels * gstep;
-  const long xs = rec_xs(n_in), rb = xq_in ? rb_in : xs + REC_TAIL;
+  const long xs = rec_xs(n_in), rb = xq_in ? rb_in : 2 * (xs + REC_TAIL);
   const unsigned char *wg0 = (const unsigned char *)packed + NR * sizeof(float);
   void *mem = NULL;
   long pass, p, bk, r;
@@ -339,11 +372,10 @@ VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, lo
         const signed char *xr = xq + (r0 - pr0) * rb;
         float *c = yp + r0 * y_stride;
 #define LINV_CASE(MR) \
-  case MR: lin_vnni_kernel(MR, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
+  case MR: lin_vnni_kernel(2 * MR, k4n, xr, rb / 2, xs, wp, scale, c, y_stride, bias, m0, m1); break;
         switch (mr) {
-          LINV_CASE(12) LINV_CASE(11) LINV_CASE(10) LINV_CASE(9) LINV_CASE(8) LINV_CASE(7) LINV_CASE(6)
-          LINV_CASE(5) LINV_CASE(4) LINV_CASE(3) LINV_CASE(2)
-        default: lin_vnni_kernel(1, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
+          LINV_CASE(6) LINV_CASE(5) LINV_CASE(4) LINV_CASE(3) LINV_CASE(2)
+        default: lin_vnni_kernel(2, k4n, xr, rb / 2, xs, wp, scale, c, y_stride, bias, m0, m1); break;
         }
 #undef LINV_CASE
       }
@@ -374,7 +406,7 @@ void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, 
 
 long attnc_prims_q8_row_bytes_vnni(long n_in)
 {
-  return rec_xs(n_in) + REC_TAIL;
+  return 2 * (rec_xs(n_in) + REC_TAIL);
 }
 
 void attnc_prims_q8_quantise_vnni(const float *x, long rows, long x_stride, long n_in, void *xq, long xq_stride)
