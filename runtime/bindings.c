@@ -26,6 +26,12 @@ static const struct { const char *name; int slot; } NAMES[] = {
   { "q_proj_weight", ATTNC_SLOT_WQ }, { "k_proj_weight", ATTNC_SLOT_WK }, { "v_proj_weight", ATTNC_SLOT_WV },
 };
 
+/* The most elements one tensor may have: the spec's limit (gen/spec.lua
+ * MAX_ELEMS), applied again to the sizes bound at run time.  A shape above
+ * it cannot be real memory; refusing it keeps every size product below
+ * 2^63 and nothing is allocated or read for it. */
+#define MAX_ELEMS 1099511627776.0 /* 2^40 */
+
 static const char *slot_aliases(int slot)
 {
   switch (slot) {
@@ -101,6 +107,8 @@ void attnc_bindings_free(attnc_bindings *b)
   free(b->grad_stacked[1]);
   free(b->dout_conv);
   free(b->grad_work);
+  free(b->cache_copy[0]);
+  free(b->cache_copy[1]);
   free(b->pos[0]);
   free(b->pos[1]);
   free(b->cache_len);
@@ -311,6 +319,35 @@ attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor 
   }
 }
 
+/* A k_cache or v_cache read from a file in another float dtype than the
+ * kernel stores (a bf16 file for an f32 cache, say): a file must never be
+ * refused for its float dtype, and the kernel writes the cache in place,
+ * so it gets a converted copy the bindings own (attnc_bindings_slot gives
+ * it, updated, after a run); *t is pointed at it.  An int8 cache, or an
+ * int8 file, must match: their scales cannot be made up. */
+static attnc_status cache_from_file(attnc_bindings *b, int slot, attnc_tensor *t, attnc_error *err)
+{
+  const attnc_gen *g = &b->k->gen;
+  const int c = slot == ATTNC_SLOT_K_CACHE ? 0 : slot == ATTNC_SLOT_V_CACHE ? 1 : -1;
+  double n = 1;
+  int a;
+  void *mem;
+  if (c < 0 || !g->has_cache || t->dtype == g->kv_dtype || g->kv_dtype == ATTNC_I8 || !attnc_convert_takes(t->dtype) ||
+      t->rank < 0 || t->rank > ATTNC_MAX_RANK)
+    return ATTNC_OK; /* as it is: attnc_bind's checks speak */
+  for (a = 0; a < t->rank; a++) n *= (double)(t->shape[a] > 0 ? t->shape[a] : 0);
+  if (n > MAX_ELEMS) return ATTNC_OK; /* too big: refused by bind_named's checks */
+  mem = malloc((size_t)n * attnc_dtype_size(g->kv_dtype) + 1);
+  if (!mem) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory converting '%s' to %s", attnc_slot_name(slot),
+                                 attnc_dtype_name(g->kv_dtype));
+  attnc_convert(t->data, t->dtype, mem, g->kv_dtype, (size_t)n);
+  free(b->cache_copy[c]);
+  b->cache_copy[c] = mem;
+  t->data = mem;
+  t->dtype = g->kv_dtype;
+  return ATTNC_OK;
+}
+
 attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *f, const char *prefix, int *nbound, attnc_error *err)
 {
   size_t i, n, plen = prefix ? strlen(prefix) : 0;
@@ -332,7 +369,8 @@ attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *
     if (slot >= 0 && !b->k->gen.used[slot]) continue;
     s = attnc_st_get(f, i, &t);
     if (s != ATTNC_OK) return attnc_err_set(err, s, "cannot read tensor '%s'", name);
-    s = bind_named(b, key, &t, 1, err);
+    s = cache_from_file(b, slot, &t, err);
+    if (s == ATTNC_OK) s = bind_named(b, key, &t, 1, err);
     if (s != ATTNC_OK) return s;
     count++;
   }
@@ -374,12 +412,6 @@ void attnc_bindings_shape_text(const int64_t *dims, int rank, char *buf, size_t 
     len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)dims[i]);
   if (len < n) snprintf(buf + len, n - len, ")");
 }
-
-/* The most elements one tensor may have: the spec's limit (gen/spec.lua
- * MAX_ELEMS), applied again to the sizes bound at run time.  A shape above
- * it cannot be real memory; refusing it keeps every size product below
- * 2^63 and nothing is allocated or read for it. */
-#define MAX_ELEMS 1099511627776.0 /* 2^40 */
 
 /* Elements of a shape, in double: exact below 2^53, never overflows. */
 static double elems_of(const int64_t *shape, int rank)

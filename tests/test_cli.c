@@ -362,7 +362,7 @@ static float *st_read(const char *name, const char *want, int *rank, int64_t *sh
   uint64_t hlen = 0;
   int64_t offs[2];
   float *data;
-  int a;
+  int a, f64;
   buf = slurp(wpath(path, sizeof path, name), &len);
   if (!buf) fail_msg("cannot read %s", name);
   if (len < 8) fail_msg("%s: %zu bytes, shorter than the 8-byte header length", name, len);
@@ -377,9 +377,10 @@ static float *st_read(const char *name, const char *want, int *rank, int64_t *sh
   end = strchr(obj, '}');
   if (!end) fail_msg("%s: unterminated header", name);
   p = json_key(obj, end, "dtype");
-  if (!p || (strncmp(p, "\"F32\"", 5) != 0 && strncmp(p, "\"I64\"", 5) != 0))
-    fail_msg("%s: %s is not F32 (or I64): %.200s", name, want, obj);
-  es = strncmp(p, "\"I64\"", 5) == 0 ? 8 : 4;
+  if (!p || (strncmp(p, "\"F32\"", 5) != 0 && strncmp(p, "\"I64\"", 5) != 0 && strncmp(p, "\"F64\"", 5) != 0))
+    fail_msg("%s: %s is not F32 (or I64, F64): %.200s", name, want, obj);
+  es = strncmp(p, "\"F32\"", 5) == 0 ? 4 : 8;
+  f64 = strncmp(p, "\"F64\"", 5) == 0;
   p = json_key(obj, end, "shape");
   if (!p || (*rank = json_ints(p, shape, 8)) < 0) fail_msg("%s: bad shape for %s: %.200s", name, want, obj);
   p = json_key(obj, end, "data_offsets");
@@ -400,7 +401,13 @@ static float *st_read(const char *name, const char *want, int *rank, int64_t *sh
       uint64_t v = 0;
       int b;
       for (b = 0; b < 8; b++) v |= (uint64_t)q[b] << (8 * b);
-      data[i] = (float)(int64_t)v;
+      if (f64) {
+        double d;
+        memcpy(&d, &v, sizeof d);
+        data[i] = (float)d;
+      } else {
+        data[i] = (float)(int64_t)v;
+      }
     }
   }
   free(hdr);
@@ -2322,33 +2329,38 @@ static void test_cli_run_cache_round_trip(void **state)
   int64_t shape[8];
   float *kc, *vc, *len;
   cli_result r;
-  int n, rank = 0, p, j;
+  int n, rank = 0, p, j, f64;
   (void)state;
   n = cache_files(t, names, "layers.0.", &len2);
   st_write("cache_rt.safetensors", t, n);
-  CLI(r, "run", CACHE_RUN_SPEC, "--tensors", "cache_rt.safetensors", "--out", "cache_rt_out.safetensors", "--prefix", "layers.0.");
-  EXPECT_EXIT0(r, "a cache run");
-  EXPECT_HAS(r, r.err, "wrote out (1, 3, 4), k_cache (1, 1, 6, 4), v_cache (1, 1, 6, 4), cache_len (1) to cache_rt_out.safetensors",
-             "every output, the caches under plain names");
-  cli_free(&r);
-  kc = st_read("cache_rt_out.safetensors", "k_cache", &rank, shape);
-  assert_int_equal(rank, 4);
-  vc = st_read("cache_rt_out.safetensors", "v_cache", &rank, shape);
-  len = st_read("cache_rt_out.safetensors", "cache_len", &rank, shape);
-  assert_int_equal(rank, 1);
-  assert_true(len[0] == 5.0f); /* 2 + the 3 new rows */
-  for (p = 0; p < 6; p++)
-    for (j = 0; j < 4; j++) {
-      const int fresh = p >= 2 && p < 5;
-      const float kwant = fresh ? X134[(p - 2) * 4 + j] : KC0[p * 4 + j], vwant = fresh ? X134[(p - 2) * 4 + j] : VC0[p * 4 + j];
-      /* identity projections without biases: the new rows are x's rows */
-      if (fabsf(kc[p * 4 + j] - kwant) > 1e-6f || fabsf(vc[p * 4 + j] - vwant) > 1e-6f)
-        fail_msg("row %d col %d: k %g v %g, want %g %g (%s)", p, j, (double)kc[p * 4 + j], (double)vc[p * 4 + j], (double)kwant,
-                 (double)vwant, fresh ? "a new row" : "an old row, unchanged");
-    }
-  free(kc);
-  free(vc);
-  free(len);
+  /* and the same F32 file for an f64 cache: a file is never refused for its
+   * float dtype; the caches are converted on reading, written as f64 */
+  for (f64 = 1; f64 >= 0; f64--) {
+    CLI(r, "run", f64 ? CACHE_RUN_SPEC " kv_dtype=f64" : CACHE_RUN_SPEC, "--tensors", "cache_rt.safetensors", "--out",
+        "cache_rt_out.safetensors", "--prefix", "layers.0.");
+    EXPECT_EXIT0(r, "a cache run");
+    EXPECT_HAS(r, r.err, "wrote out (1, 3, 4), k_cache (1, 1, 6, 4), v_cache (1, 1, 6, 4), cache_len (1) to cache_rt_out.safetensors",
+               "every output, the caches under plain names");
+    cli_free(&r);
+    kc = st_read("cache_rt_out.safetensors", "k_cache", &rank, shape);
+    assert_int_equal(rank, 4);
+    vc = st_read("cache_rt_out.safetensors", "v_cache", &rank, shape);
+    len = st_read("cache_rt_out.safetensors", "cache_len", &rank, shape);
+    assert_int_equal(rank, 1);
+    assert_true(len[0] == 5.0f); /* 2 + the 3 new rows */
+    for (p = 0; p < 6; p++)
+      for (j = 0; j < 4; j++) {
+        const int fresh = p >= 2 && p < 5;
+        const float kwant = fresh ? X134[(p - 2) * 4 + j] : KC0[p * 4 + j], vwant = fresh ? X134[(p - 2) * 4 + j] : VC0[p * 4 + j];
+        /* identity projections without biases: the new rows are x's rows */
+        if (fabsf(kc[p * 4 + j] - kwant) > 1e-6f || fabsf(vc[p * 4 + j] - vwant) > 1e-6f)
+          fail_msg("row %d col %d: k %g v %g, want %g %g (%s, f64 cache %d)", p, j, (double)kc[p * 4 + j], (double)vc[p * 4 + j],
+                   (double)kwant, (double)vwant, fresh ? "a new row" : "an old row, unchanged", f64);
+      }
+    free(kc);
+    free(vc);
+    free(len);
+  }
 }
 
 /* bench --cache-len: random caches, every run from the same length.  NEEDS
