@@ -491,7 +491,8 @@ checker_inputs *checker_bind_random(attnc_kernel *k, attnc_bindings *b, const ch
     } else if (slot == ATTNC_SLOT_X || slot == ATTNC_SLOT_Q) {
       amp = o->scale_inputs > 0 ? o->scale_inputs : 1;
     }
-    if (fill(&in->bufs[slot], attnc_slot_dtype(g, slot), rank, shape, amp, keep, o->misalign, &rng) != 0) {
+    /* in the storage the spec declares (narrower weights: what the kernel rounds them to) */
+    if (fill(&in->bufs[slot], attnc_slot_store_dtype(g, slot), rank, shape, amp, keep, o->misalign, &rng) != 0) {
       attnc_err_set(err, ATTNC_ENOMEM, "out of memory");
       checker_inputs_free(in);
       return NULL;

@@ -431,6 +431,14 @@ attnc_dtype attnc_slot_dtype(const attnc_gen *g, int slot)
   return g->dtype;
 }
 
+attnc_dtype attnc_slot_store_dtype(const attnc_gen *g, int slot)
+{
+  const attnc_dtype kd = attnc_slot_dtype(g, slot);
+  if (attnc_slot_is_matrix(slot) && g->wstore != ATTNC_I8 && kd != ATTNC_I8 && attnc_dtype_size(g->wstore) < attnc_dtype_size(kd))
+    return g->wstore;
+  return kd;
+}
+
 /* The cc backend's spec index (cc_index.c) stores this result as it is: when
  * what a field means changes, change INDEX_MAGIC there. */
 static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)

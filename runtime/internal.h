@@ -216,6 +216,11 @@ const char *attnc_slot_name(int slot);
 /* The dtype a kernel reads slot in: the weight matrices in g->wdtype, their
  * scales in F32, the mask as U8, the rest in g->dtype. */
 attnc_dtype attnc_slot_dtype(const attnc_gen *g, int slot);
+/* What the spec stores a slot as, where that is narrower than what the
+ * kernel holds (a weight matrix of dtype=f64 weights=f32|bf16|f16, or of
+ * a train spec with weights narrower than dtype): a tensor bound in
+ * another dtype is rounded to it first, then widened exactly */
+attnc_dtype attnc_slot_store_dtype(const attnc_gen *g, int slot);
 /* 1 for the weight matrix slots (WQ, WK, WV, WG, WO); their scale slot. */
 int attnc_slot_is_matrix(int slot);
 /* 1 for the weights, biases and int8 weight scales (WQ .. WO_SCALE). */

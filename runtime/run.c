@@ -31,11 +31,9 @@ static attnc_status convert_tensors(attnc_bindings *b, attnc_args *args, attnc_e
   for (slot = 0; slot < ATTNC_SLOT_COUNT; slot++) {
     const attnc_tensor *t = &b->t[slot];
     const attnc_dtype kd = attnc_slot_dtype(&b->k->gen, slot);
-    /* a weight the spec stores narrower than the kernel holds it (dtype=f64
-     * weights=f32|bf16|f16): rounded to that storage first, unless given in it */
-    const attnc_dtype sd = attnc_slot_is_matrix(slot) && b->k->gen.wstore != ATTNC_I8 && kd != ATTNC_I8 &&
-                                   attnc_dtype_size(b->k->gen.wstore) < attnc_dtype_size(kd)
-                               ? b->k->gen.wstore : kd;
+    /* a weight the spec stores narrower than the kernel holds it: rounded
+     * to that storage first, unless given in it */
+    const attnc_dtype sd = attnc_slot_store_dtype(&b->k->gen, slot);
     const int narrow = sd != kd && t->dtype != sd;
     size_t n = 1;
     if (!b->k->gen.used[slot] || !b->from[slot] || slot == ATTNC_SLOT_MASK || (t->dtype == kd && !narrow) ||
