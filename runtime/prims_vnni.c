@@ -108,8 +108,9 @@ void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_o
   }
 }
 
-/* A quantised row is two records, its levels: q1, then q2 (each xs + 16
- * bytes, xs the bytes of its values rounded up to 16): the level's n_in
+/* A quantised row is two records, its levels: q1, then q2 right after it
+ * (each xs + 16 bytes, xs the bytes of its values rounded up to 16; rows
+ * themselves may lie further apart): the level's n_in
  * s8 values (0 from n_in to xs), then its scale (f32), 128 times the sum
  * of its values (i32) and, in the first, 1 when x's row held a NaN or an
  * infinity (i32), whose values are then 0 */
@@ -148,7 +149,7 @@ static void put_tail(signed char *d, long xs, float scale, int sum128, int flag)
 }
 
 /* rows of x (n_in each) to pairs of records rb bytes apart (rb at least
- * twice xs + REC_TAIL; the second level at half rb).  A NaN or an infinity
+ * twice xs + REC_TAIL; the second level xs + REC_TAIL after the first).  A NaN or an infinity
  * shows in the row's sum (which, for finite values, can only overflow
  * past 3e38 times n_in / 16 and send a row that could be quantised to the
  * f32 path, which is still right).  No clamp on the first level: |x| <=
@@ -157,7 +158,7 @@ static void put_tail(signed char *d, long xs, float scale, int sum128, int flag)
  * the second is clamped to 127 only against that rounding. */
 VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, signed char *xq, long rb)
 {
-  const long n16 = n_in / 16 * 16, xs = rec_xs(n_in), half = rb / 2;
+  const long n16 = n_in / 16 * 16, xs = rec_xs(n_in), half = xs + REC_TAIL;
   const __mmask16 tail = (__mmask16)((1u << (n_in - n16)) - 1u);
   long r, k;
   for (r = 0; r < rows; r++) {
@@ -217,8 +218,10 @@ VNNI static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __
 }
 
 /* c (MR / 2 rows by 32 outputs, m0 and m1 the live ones) = MR records of
- * xq (rb bytes apart, xs of values; a row's two levels one after the
- * other) times the regrouped panel wg, scaled and biased as the file says */
+ * xq (rows rb bytes apart, each its two levels, xs of values, one after
+ * the other) times the regrouped panel wg, scaled and biased as the file
+ * says */
+#define LEVEL(xq, rb, xs, i) ((xq) + ((i) >> 1) * (rb) + ((i) & 1) * ((xs) + REC_TAIL))
 VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int MR, long k4n, const signed char *xq, long rb,
                                                                          long xs, const unsigned char *wg, const float *scale,
                                                                          float *c, long ldc, const float *bias, __mmask16 m0,
@@ -241,7 +244,7 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
     const __m512i w0 = _mm512_load_si512(wg + k4 * 128), w1 = _mm512_load_si512(wg + k4 * 128 + 64);
     for (i = 0; i < MR; i++) {
       int xv;
-      memcpy(&xv, xq + i * rb + k4 * 4, sizeof xv);
+      memcpy(&xv, LEVEL(xq, rb, xs, i) + k4 * 4, sizeof xv);
       const __m512i xb = _mm512_set1_epi32(xv);
       acc0[i] = dpbusd(acc0[i], w0, xb);
       acc1[i] = dpbusd(acc1[i], w1, xb);
@@ -252,8 +255,9 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
     const __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     const __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     for (i = 0; i < MR; i += 2) {
-      const __m512 s1 = _mm512_set1_ps(rec_scale(xq + i * rb, xs)), s2 = _mm512_set1_ps(rec_scale(xq + (i + 1) * rb, xs));
-      const __m512i z1 = _mm512_set1_epi32(rec_int(xq + i * rb, xs, 0)), z2 = _mm512_set1_epi32(rec_int(xq + (i + 1) * rb, xs, 0));
+      const signed char *r1 = LEVEL(xq, rb, xs, i), *r2 = LEVEL(xq, rb, xs, i + 1);
+      const __m512 s1 = _mm512_set1_ps(rec_scale(r1, xs)), s2 = _mm512_set1_ps(rec_scale(r2, xs));
+      const __m512i z1 = _mm512_set1_epi32(rec_int(r1, xs, 0)), z2 = _mm512_set1_epi32(rec_int(r2, xs, 0));
       const __m512 t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], z1)), s1,
                                         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i + 1], z2)), s2));
       const __m512 t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], z1)), s1,
@@ -372,10 +376,10 @@ VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, lo
         const signed char *xr = xq + (r0 - pr0) * rb;
         float *c = yp + r0 * y_stride;
 #define LINV_CASE(MR) \
-  case MR: lin_vnni_kernel(2 * MR, k4n, xr, rb / 2, xs, wp, scale, c, y_stride, bias, m0, m1); break;
+  case MR: lin_vnni_kernel(2 * MR, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
         switch (mr) {
           LINV_CASE(6) LINV_CASE(5) LINV_CASE(4) LINV_CASE(3) LINV_CASE(2)
-        default: lin_vnni_kernel(2, k4n, xr, rb / 2, xs, wp, scale, c, y_stride, bias, m0, m1); break;
+        default: lin_vnni_kernel(2, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
         }
 #undef LINV_CASE
       }
