@@ -613,6 +613,113 @@ static void test_runtime_int8_outlier_channel(void **state)
   }
 }
 
+/* One core-mode head (c = 8) with ALiBi: q (nq rows), k and v (nk rows)
+ * from a small pattern; positions, a key mask and a sink where given.
+ * form 2 is the fast form with weights_out, whose attention runs in the
+ * C loops.  Writes out (nq x 8) and lse (nq). */
+static void alibi_core_run(const char *spec, int form, long nq, long nk, const int64_t *qpos, const int64_t *kpos,
+                           const unsigned char *mask, const float *sink, float *out, float *lse)
+{
+  static float q[2 * 8], kv[20000 * 8], attn[2 * 20000];
+  char full[256];
+  attnc_options o = { 0 };
+  attnc_error e;
+  attnc_kernel *k;
+  attnc_bindings *b;
+  attnc_tensor tq = t3(1, nq, 8, q), tk = t3(1, nk, 8, kv), to = t3(1, nq, 8, out), tl = t2(1, nq, lse);
+  attnc_tensor ta = t3(1, nq, nk, attn), tqp = t2(nq, 1, (void *)qpos), tkp = t2(nk, 1, (void *)kpos);
+  attnc_tensor tm = t2(nk, 1, (void *)mask), ts = t2(1, 1, (void *)sink);
+  long i;
+  for (i = 0; i < nq * 8; i++) q[i] = (float)((i * 5 % 7) - 3) / 4.0f;
+  for (i = 0; i < nk * 8; i++) kv[i] = (float)((i * 3 % 11) - 5) / 8.0f;
+  tq.rank = tk.rank = to.rank = 4; /* (1, 1, S, 8): one batch element, one head */
+  memmove(tq.shape + 1, tq.shape, 3 * sizeof tq.shape[0]);
+  memmove(tk.shape + 1, tk.shape, 3 * sizeof tk.shape[0]);
+  memmove(to.shape + 1, to.shape, 3 * sizeof to.shape[0]);
+  tq.shape[0] = tk.shape[0] = to.shape[0] = 1;
+  tl.rank = 3; tl.shape[2] = nq; tl.shape[1] = 1; tl.shape[0] = 1;
+  ta.rank = 4; ta.shape[3] = nk; ta.shape[2] = nq; ta.shape[1] = 1; ta.shape[0] = 1;
+  tqp.rank = tkp.rank = tm.rank = ts.rank = 1;
+  tqp.dtype = tkp.dtype = ATTNC_I64;
+  tm.dtype = ATTNC_U8;
+  snprintf(full, sizeof full, "%s%s", spec, form == 2 ? " weights_out" : "");
+  o.form = form == 1 ? ATTNC_FORM_PLAIN : ATTNC_FORM_FAST;
+  k = attnc_compile(full, &o, &e);
+  if (!k) fail_msg("%s: %s", full, e.message);
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind(b, "q", &tq, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "k", &tk, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "v", &tk, &e), ATTNC_OK);
+  if (qpos) assert_int_equal(attnc_bind(b, "q_pos", &tqp, &e), ATTNC_OK);
+  if (kpos) assert_int_equal(attnc_bind(b, "k_pos", &tkp, &e), ATTNC_OK);
+  if (mask) assert_int_equal(attnc_bind(b, "mask", &tm, &e), ATTNC_OK);
+  if (sink) assert_int_equal(attnc_bind(b, "sinks", &ts, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind_output(b, "lse", &tl, &e), ATTNC_OK);
+  if (form == 2) assert_int_equal(attnc_bind_output(b, "attn", &ta, &e), ATTNC_OK);
+  if (attnc_run(b, &to, &e) != ATTNC_OK) fail_msg("%s: %s", full, e.message);
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
+/* ALiBi keeps f32 precision wherever the positions put the keys: lse and
+ * out against float64 sums, within DESIGN.md's f32 row, in the fast form,
+ * the plain form and the C loops.  The kernels measure keys from a base
+ * (a row constant the softmax ignores); measured from the key in line
+ * with the query, a far key (30000 apart) or a top-left causal row of 2
+ * queries over 20000 keys lost the last digits to cancellation.  A row
+ * that sees no key puts lse exactly on its sink. */
+static void test_runtime_alibi_far_positions(void **state)
+{
+  static const int64_t q1[1] = { 30000 }, k1[2] = { 30000, 0 }, q2[1] = { 40000 }, k2[3] = { 39999, 40000, 0 };
+  static const int64_t k3[1] = { 30000 }, q3[1] = { 0 };
+  static const unsigned char none[1] = { 0 };
+  static const float sink = 0.3f;
+  static float out[2 * 8], lse[2];
+  const double slope = pow(2.0, -0.5); /* one head, max_bias 0.5 */
+  int form, c;
+  (void)state;
+  for (c = 0; c < 3; c++)
+    for (form = 0; form < 3; form++) {
+      const long nq = c == 2 ? 2 : 1, nk = c == 0 ? 2 : c == 1 ? 3 : 20000;
+      const int64_t *qp = c == 0 ? q1 : c == 1 ? q2 : NULL, *kp = c == 0 ? k1 : c == 1 ? k2 : NULL;
+      char spec[128];
+      long i, j, d;
+      snprintf(spec, sizeof spec, "mha mode=core q=1,1,%ld,8 kv=1,1,%ld,8 alibi=0.5 lse%s", nq, nk,
+               c == 2 ? " causal=top_left" : "");
+      alibi_core_run(spec, form, nq, nk, qp, kp, NULL, NULL, out, lse);
+      for (i = 0; i < nq; i++) { /* the reference: logits, max, sums in double */
+        const double pq = qp ? (double)qp[i] : (double)(i + nk - nq);
+        const long last = c == 2 ? i : nk - 1; /* top-left causal: keys 0..i */
+        double m = -INFINITY, l = 0, o[8] = { 0 }, r;
+        for (int pass = 0; pass < 2; pass++) /* the max, then the sums */
+          for (j = 0; j <= last; j++) {
+            double sj = 0;
+            for (d = 0; d < 8; d++)
+              sj += (double)((float)((((i * 8 + d) * 5) % 7) - 3) / 4.0f) * (double)((float)((((j * 8 + d) * 3) % 11) - 5) / 8.0f);
+            sj = sj / sqrt(8.0) + slope * ((kp ? (double)kp[j] : (double)j) - pq);
+            if (pass == 0) {
+              if (sj > m) m = sj;
+              continue;
+            }
+            l += exp(sj - m);
+            for (d = 0; d < 8; d++) o[d] += exp(sj - m) * (double)((float)((((j * 8 + d) * 3) % 11) - 5) / 8.0f);
+          }
+        r = m + log(l);
+        if (!(fabs(lse[i] - r) <= 1e-5 + 1e-4 * fabs(r)))
+          fail_msg("%s (form %d): lse[%ld] = %.9g, want %.9g", spec, form, i, (double)lse[i], r);
+        for (d = 0; d < 8; d++)
+          if (!(fabs(out[i * 8 + d] - o[d] / l) <= 1e-5 + 1e-4 * fabs(o[d] / l)))
+            fail_msg("%s (form %d): out[%ld][%ld] = %.9g, want %.9g", spec, form, i, d, (double)out[i * 8 + d], o[d] / l);
+      }
+    }
+  for (form = 0; form < 3; form++) { /* no key: all the mass on the sink, lse the sink exactly */
+    alibi_core_run("mha mode=core q=1,1,1,8 kv=1,1,1,8 alibi=0.5 sinks mask=key lse", form, 1, 1, q3, k3, none, &sink, out,
+                   lse);
+    if (lse[0] != sink) fail_msg("form %d: a row with only its sink has lse %.9g, not the sink %.9g", form, (double)lse[0], (double)sink);
+    for (c = 0; c < 8; c++) assert_true(out[c] == 0);
+  }
+}
+
 /* The lse output: its shape from attnc_output_info, bound with
  * attnc_bind_output; a spec with lse refuses to run without it, with the
  * wrong shape, and names the fix; a spec without it has no such output. */
@@ -1678,6 +1785,7 @@ int main(void)
     cmocka_unit_test(test_runtime_int8_outlier_channel),
     cmocka_unit_test(test_runtime_lse_output),
     cmocka_unit_test(test_runtime_positions),
+    cmocka_unit_test(test_runtime_alibi_far_positions),
     cmocka_unit_test(test_runtime_positions_batch_one),
     cmocka_unit_test(test_runtime_rebind_repacks),
     cmocka_unit_test(test_runtime_safetensors_prefix),
