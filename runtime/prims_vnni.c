@@ -112,8 +112,9 @@ void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_o
  * (each xs + 16 bytes, xs the bytes of its values rounded up to 16; rows
  * themselves may lie further apart): the level's n_in
  * s8 values (0 from n_in to xs), then its scale (f32), 128 times the sum
- * of its values (i32) and, in the first, 1 when x's row held a NaN or an
- * infinity (i32), whose values are then 0 */
+ * of its values (i32) and, in the first, 1 when x's row is summed in f32
+ * instead (it held a NaN or an infinity, or was too small to scale; i32),
+ * whose values are then 0 */
 #define REC_TAIL 16
 static long rec_xs(long n_in)
 {
@@ -180,7 +181,9 @@ VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, s
     }
     amax = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
     total = _mm512_reduce_add_ps(sum);
-    if (!(total - total == 0)) { /* a NaN or an infinity */
+    /* a NaN or an infinity; or a row so small (below 2^-100) that 127 / max|x|
+     * or the second level's 1 / s2 would overflow: summed in f32 instead */
+    if (!(total - total == 0) || (amax > 0 && amax < 0x1p-100f)) {
       memset(d, 0, (size_t)xs);
       memset(d2, 0, (size_t)xs);
       put_tail(d, xs, 0, 0, 1);
