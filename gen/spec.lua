@@ -302,8 +302,10 @@ function M.parse(text)
     return default
   end
   local function pos(k) return raw[k] and raw[k].pos or whole end
-  local function forbid(k, why)
-    if raw[k] then fail(raw[k].keypos, "'%s' %s", k, why) end
+  -- a key that does not apply here is an error, unless it is written at
+  -- its default (dflt), which says nothing: "gated=false" in core mode
+  local function forbid(k, why, dflt)
+    if raw[k] and not (dflt ~= nil and raw[k].value == dflt) then fail(raw[k].keypos, "'%s' %s", k, why) end
   end
 
   local s = {}
@@ -318,8 +320,10 @@ function M.parse(text)
   s.window = get("window", false)
 
   if s.mode == "core" then
+    local dflt = { attn_dim = -2, qkv_bias = true, out_bias = true, gated = false, global = false, global_mean = "plain",
+      weights = s.dtype }
     for _, k in ipairs({ "x", "attn_dim", "head_dim", "qkv_bias", "out_bias", "gated", "global", "global_mean", "weights" }) do
-      forbid(k, "does not apply in mode=core (core mode takes already-projected q, k, v)")
+      forbid(k, "does not apply in mode=core (core mode takes already-projected q, k, v)", dflt[k])
     end
     -- layout bhsc: q (*, heads, Sq, head_dim); bshc: q (*, Sq, heads, head_dim), as projections leave it
     local layout = get("layout", "bhsc")
@@ -367,7 +371,7 @@ function M.parse(text)
     s.qkv_bias, s.out_bias, s.gated, s.global = false, false, false, false
   else
     forbid("q", "is for mode=core; in full mode the query input is x")
-    forbid("layout", "is for mode=core; full mode lays out its own projections")
+    forbid("layout", "is for mode=core; full mode lays out its own projections", "bhsc")
     -- the projection weights' storage: int8 (with per-row scales) or a dtype
     s.weights = get("weights", s.dtype)
     s.weights_word = s.weights -- as written, for the canonical form
@@ -475,7 +479,7 @@ function M.parse(text)
         if not s.self then fail(raw.global_mean.pos, "global_mean=masked needs self-attention (the key mask must cover the query positions); drop kv=") end
       end
     else
-      forbid("global_mean", "only applies with global")
+      forbid("global_mean", "only applies with global", "plain")
     end
   end
 
@@ -545,7 +549,7 @@ function M.parse(text)
   s.rope = get("rope", "none")
   if s.rope == "none" then
     forbid("rope_dim", "needs rope=neox or rope=gptj")
-    forbid("rope_theta", "needs rope=neox or rope=gptj")
+    forbid("rope_theta", "needs rope=neox or rope=gptj", 10000)
   else
     if s.mode == "full" and s.global then
       fail(raw.rope.keypos, "rope does not apply to global attention: its one averaged query has no position")
@@ -582,7 +586,7 @@ function M.parse_train(s, raw, pos)
   local function get(k, d) if raw[k] then return raw[k].value end return d end
   s.train = get("train", false)
   s.dropout = get("dropout", 0)
-  if raw.dropout and not s.train then
+  if raw.dropout and raw.dropout.value ~= 0 and not s.train then
     fail(raw.dropout.keypos, "dropout needs train: it drops probabilities in training only (add train, or drop dropout)")
   end
   if not (s.dropout >= 0 and s.dropout < 1) then
@@ -613,7 +617,7 @@ end
 -- which the canonical form writes causal=bottom_right.
 function M.parse_cache(s, raw, forbid)
   if not (raw.cache and raw.cache.value) then
-    forbid("kv_dtype", "sets the storage of a KV cache; it needs cache=CAP")
+    forbid("kv_dtype", "sets the storage of a KV cache; it needs cache=CAP", s.dtype)
     return
   end
   local at = raw.cache.keypos

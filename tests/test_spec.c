@@ -1005,6 +1005,10 @@ static void test_spec_canon_flag_spellings(void **state)
   SAME(P, P "causal=none", P "causal=false", P "mask=none", P "window=none");
   SAME(P "global", P "global=true", P "global global_mean=plain");
   SAME(P "qkv_bias out_bias", P "qkv_bias=true out_bias=true", P);
+  /* a key that does not apply here, written at its default, says nothing */
+  SAME(P, P "global_mean=plain", P "rope_theta=10000 kv_dtype=f32 dropout=0 layout=bhsc");
+  SAME("mode=core q=1,8,S,64", "mode=core q=1,8,S,64 gated=false global=false attn_dim=-2 qkv_bias=true out_bias=true",
+       "mode=core q=1,8,S,64 global_mean=plain weights=f32");
 }
 
 static void test_spec_canon_attn_dim_forms(void **state)
@@ -1391,9 +1395,8 @@ static void test_spec_error_global_mean(void **state)
   expect_err(P "global global_mean=masked mask=none", 1, 37, "add mask=key");
   expect_err("x=B,S,64 kv=B,T,64 heads=4 global global_mean=masked mask=key", 1, 47,
              "global_mean=masked needs self-attention (the key mask must cover the query positions); drop kv=");
-  expect_err(P "global_mean=plain", 1, 18, "'global_mean' only applies with global");
   expect_err(P "global_mean=masked mask=key", 1, 18, "'global_mean' only applies with global");
-  expect_err(P "global=false global_mean=plain", 1, 31, "only applies with global");
+  expect_err(P "global=false global_mean=masked mask=key", 1, 31, "only applies with global");
   expect_err(P "global global_mean=avg", 1, 37, "global_mean must be one of plain, masked, got 'avg'");
   expect_err(P "global global_mean=maskd mask=key", 1, 37, "(did you mean 'masked'?)");
 }
@@ -1690,7 +1693,7 @@ static void test_spec_error_core_heads(void **state)
 static void test_spec_error_core_full_mode_keys(void **state)
 {
   static const char *const keys[] = {
-    "x=B,S,64", "attn_dim=-2", "head_dim=8", "qkv_bias=true", "out_bias=false", "gated", "global", "global_mean=plain",
+    "x=B,S,64", "attn_dim=-3", "head_dim=8", "qkv_bias=false", "out_bias=false", "gated", "global", "global_mean=masked",
   };
   char spec[256], want[128];
   size_t i, klen;
