@@ -324,7 +324,7 @@ static int set_spec(struct cli *c, const char *arg)
     else c->spec = read_file(arg + 1);
     if (!c->spec) {
       fprintf(stderr, "attnc: error: cannot read spec file %s: %s\n", arg + 1, strerror(errno));
-      return 2;
+      return 1; /* a file error, as a missing --tensors file is (exit 1, not usage) */
     }
     snprintf(c->spec_name, sizeof c->spec_name, "%s", arg + 1);
   } else {

@@ -591,6 +591,7 @@ static void test_cli_spec_file_missing(void **state)
   (void)state;
   CLI(r, "show", "@no_such_spec.attn");
   EXPECT_FAIL(r, "missing @FILE");
+  assert_int_equal(r.status, 1); /* a file error, not bad usage (attnc --help) */
   if (!starts_with(r.err, "attnc: error: cannot read spec file ")) {
     dump("missing @FILE", &r);
     fail_msg("expected 'attnc: error: cannot read spec file ...'");
