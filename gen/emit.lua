@@ -368,7 +368,7 @@ local C_TYPE = {
 
 -- What the kernel reads in a slot, by the input's role in gen/plan.lua:
 -- the twin of attnc_slot_dtype in runtime/host.c, which the runtime
--- converts bound tensors to (test_cli checks that the two agree)
+-- converts bound tensors to (test_runtime checks that the two agree)
 local function slot_type(p, t)
   local s = p.spec
   if t.role == "matrix" then return C_TYPE[s.weights or s.dtype] end

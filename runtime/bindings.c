@@ -32,6 +32,15 @@ static const struct { const char *name; int slot; } NAMES[] = {
  * 2^63 and nothing is allocated or read for it. */
 #define MAX_ELEMS 1099511627776.0 /* 2^40 */
 
+/* Elements of a shape, in double: exact below 2^53, never overflows. */
+static double elems_of(const int64_t *shape, int rank)
+{
+  double n = 1;
+  int a;
+  for (a = 0; a < rank; a++) n *= (double)shape[a];
+  return n;
+}
+
 static const char *slot_aliases(int slot)
 {
   switch (slot) {
@@ -329,14 +338,13 @@ static attnc_status cache_from_file(attnc_bindings *b, int slot, attnc_tensor *t
 {
   const attnc_gen *g = &b->k->gen;
   const int c = slot == ATTNC_SLOT_K_CACHE ? 0 : slot == ATTNC_SLOT_V_CACHE ? 1 : -1;
-  double n = 1;
-  int a;
+  double n;
   void *mem;
   if (c < 0 || !g->has_cache || t->dtype == g->kv_dtype || g->kv_dtype == ATTNC_I8 || !attnc_convert_takes(t->dtype) ||
       t->rank < 0 || t->rank > ATTNC_MAX_RANK)
     return ATTNC_OK; /* as it is: attnc_bind's checks speak */
-  for (a = 0; a < t->rank; a++) n *= (double)(t->shape[a] > 0 ? t->shape[a] : 0);
-  if (n > MAX_ELEMS) return ATTNC_OK; /* too big: refused by bind_named's checks */
+  n = elems_of(t->shape, t->rank);
+  if (!(n >= 0 && n <= MAX_ELEMS)) return ATTNC_OK; /* a bad shape: refused by bind_named's checks */
   mem = malloc((size_t)n * attnc_dtype_size(g->kv_dtype) + 1);
   if (!mem) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory converting '%s' to %s", attnc_slot_name(slot),
                                  attnc_dtype_name(g->kv_dtype));
@@ -411,15 +419,6 @@ void attnc_bindings_shape_text(const int64_t *dims, int rank, char *buf, size_t 
   for (i = 0; i < rank && len < n; i++)
     len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)dims[i]);
   if (len < n) snprintf(buf + len, n - len, ")");
-}
-
-/* Elements of a shape, in double: exact below 2^53, never overflows. */
-static double elems_of(const int64_t *shape, int rank)
-{
-  double n = 1;
-  int a;
-  for (a = 0; a < rank; a++) n *= (double)shape[a];
-  return n;
 }
 
 /* Data must be aligned to its element size: the kernels and primitives

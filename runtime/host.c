@@ -439,6 +439,24 @@ attnc_dtype attnc_slot_store_dtype(const attnc_gen *g, int slot)
   return kd;
 }
 
+/* A spec's dtype word (f32, f64, bf16, f16, int8) as a tensor dtype; dflt when NULL. */
+static attnc_dtype dtype_word(const char *dt, attnc_dtype dflt)
+{
+  if (!dt) return dflt;
+  return strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64 : strcmp(dt, "bf16") == 0 ? ATTNC_BF16
+       : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
+}
+
+/* The dtype word in field k of the table at idx, or dflt when absent. */
+static attnc_dtype dtype_field(lua_State *L, int idx, const char *k, attnc_dtype dflt)
+{
+  attnc_dtype d;
+  lua_getfield(L, idx, k);
+  d = dtype_word(lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL, dflt);
+  lua_pop(L, 1);
+  return d;
+}
+
 /* The cc backend's spec index (cc_index.c) stores this result as it is: when
  * what a field means changes, change INDEX_MAGIC there. */
 static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
@@ -454,25 +472,10 @@ static attnc_status read_gen(lua_State *L, attnc_gen *g, attnc_error *err)
   g->header = dup_field(L, t, "header");
   g->plain = (int)int_field(L, t, "plain");
   if (!g->canonical || !g->name || !g->source || !g->header) goto nomem;
-  {
-    const char *dt = str_field(L, sp, "dtype");
-    g->dtype = strcmp(dt, "f64") == 0 ? ATTNC_F64 : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
-    lua_getfield(L, sp, "weights"); /* full mode only */
-    dt = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
-    g->wdtype = !dt ? g->dtype : strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64
-              : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
-    lua_pop(L, 1);
-    lua_getfield(L, sp, "weights_word"); /* as written: the declared storage */
-    dt = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
-    g->wstore = !dt ? g->wdtype : strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64
-              : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
-    lua_pop(L, 1);
-    lua_getfield(L, sp, "kv_dtype"); /* cache specs only */
-    dt = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
-    g->kv_dtype = !dt ? g->dtype : strcmp(dt, "int8") == 0 ? ATTNC_I8 : strcmp(dt, "f64") == 0 ? ATTNC_F64
-                : strcmp(dt, "bf16") == 0 ? ATTNC_BF16 : strcmp(dt, "f16") == 0 ? ATTNC_F16 : ATTNC_F32;
-    lua_pop(L, 1);
-  }
+  g->dtype = dtype_word(str_field(L, sp, "dtype"), ATTNC_F32);
+  g->wdtype = dtype_field(L, sp, "weights", g->dtype);       /* full mode only */
+  g->wstore = dtype_field(L, sp, "weights_word", g->wdtype); /* as written: the declared storage */
+  g->kv_dtype = dtype_field(L, sp, "kv_dtype", g->dtype);    /* cache specs only */
   lua_getfield(L, sp, "dims");
   n = (int)luaL_len(L, -1);
   g->dim_names = calloc((size_t)(n > 0 ? n : 1), sizeof *g->dim_names);

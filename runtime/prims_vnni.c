@@ -134,10 +134,10 @@ static int rec_int(const signed char *r, long xs, int i)
   return v;
 }
 
-/* One level's values, 16 at a time: round(v * inv) to d, summed into *isum */
-VNNI static inline __attribute__((always_inline)) void put_level(__m512 v, __m512 inv, signed char *d, __m512i *isum)
+/* One level's values, 16 at a time: v rounded to d, summed into *isum */
+VNNI static inline __attribute__((always_inline)) void put_level(__m512 v, signed char *d, __m512i *isum)
 {
-  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
+  const __m512i q = _mm512_cvtps_epi32(v);
   *isum = _mm512_add_epi32(*isum, q);
   _mm_storeu_si128((__m128i *)d, _mm512_cvtepi32_epi8(q));
 }
@@ -199,9 +199,9 @@ VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, s
         const __m512 xv = k < n16 ? _mm512_loadu_ps(xr + k) : _mm512_maskz_loadu_ps(k < n_in ? tail : (__mmask16)0, xr + k);
         const __m512 q1 = _mm512_roundscale_ps(_mm512_mul_ps(xv, inv1), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         const __m512 rem = _mm512_fnmadd_ps(q1, vs1, xv); /* x - s1 q1, one rounding */
-        put_level(q1, _mm512_set1_ps(1.0f), d + k, &isum);
+        put_level(q1, d + k, &isum);
         put_level(_mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(rem, inv2), lim), _mm512_sub_ps(_mm512_setzero_ps(), lim)),
-                  _mm512_set1_ps(1.0f), d2 + k, &isum2);
+                  d2 + k, &isum2);
       }
       /* |sums| <= 127 * 16384 */
       put_tail(d, xs, s1, 128 * _mm512_reduce_add_epi32(isum), 0);
