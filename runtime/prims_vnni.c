@@ -1,17 +1,22 @@
 /* AVX512-VNNI without AMX: linear_q8 (int8 weights) on vpdpbusd, which
  * sums four u8 x s8 products into each i32 lane: four times the lanes of
  * an f32 FMA per instruction.  Each row of x is quantised on the fly in
- * two levels: s1 = max|x| / 127, q1 = round(x / s1) in -127..127
- * (vpdpbusd's signed operand), then the remainder x - s1 q1 (at most s1 /
- * 2) as s2 = s1 / 254, q2 = round((x - s1 q1) / s2) in -127..127.  The
- * weights are the unsigned operand, stored as w + 128, and the 128 is
- * taken back out through each level's sum of q.  So y = scale[n] * (s1
- * (acc1 - 128 sum(q1)) + s2 (acc2 - 128 sum(q2))) + b, within s2 / 2 *
- * sum_k |w[n][k]| of the exact product: about 1/508 of one level's error.
- * One level (PyTorch's dynamic quantisation, per tensor there) lost up to
- * max|x| / 254 per element: with an outlier channel, or a softmax sharp
- * enough to magnify q's and k's errors, outputs left DESIGN.md's int8
- * bound, which two levels meet with a wide margin at twice the products.
+ * levels: s1 = max|x| / 127, q1 = round(x / s1) in -127..127 (vpdpbusd's
+ * signed operand), then the remainder x - s1 q1 (at most s1 / 2) as s2 =
+ * s1 / 254, q2 = round((x - s1 q1) / s2) in -127..127, and for a row with
+ * an outlier (max|x| over CREST3 times its rms) the remainder of that as
+ * s3 = s2 / 254.  The weights are the unsigned operand, stored as w + 128,
+ * and the 128 is taken back out through each level's sum of q.  So y =
+ * scale[n] * sum over levels l of sl (accl - 128 sum(ql)) + b, within the
+ * last level's s / 2 * sum_k |w[n][k]| of the exact product: about 1/508
+ * of one level's error in two levels, 1/129032 in three.  One level
+ * (PyTorch's dynamic quantisation, per tensor there) lost up to max|x| /
+ * 254 per element: with an outlier channel, or a softmax sharp enough to
+ * magnify q's and k's errors, outputs left DESIGN.md's int8 bound.  Two
+ * levels meet it with a wide margin at twice the products, except where
+ * both meet: outlier channels at x 1000 and a sharp softmax put two
+ * levels at up to 13 times the elementwise bound, and three at 0.17 of it
+ * (tests/test_runtime.c, test_runtime_int8_outlier_channel).
  * The weights come regrouped for vpdpbusd (attnc_prims_pack_q8_vnni) when
  * n_in is a multiple of 4 up to 16384 (where i32 sums could overflow);
  * other widths are regrouped at each call, from attnc_prims_pack_q8's
@@ -116,6 +121,10 @@ void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_o
  * instead (it held a NaN or an infinity, or was too small to scale; i32),
  * whose values are then 0 */
 #define REC_TAIL 16
+/* A row whose max|x| is over CREST3 times its rms (an outlier channel:
+ * x 100 in 512 reads 22; Gaussian rows read about 3 to 5) is summed in
+ * three levels, whose last error is max|x| / 16387064 a value */
+#define CREST3 8
 static long rec_xs(long n_in)
 {
   return ((n_in + 3) / 4 * 4 + 15) / 16 * 16;
@@ -149,8 +158,11 @@ static void put_tail(signed char *d, long xs, float scale, int sum128, int flag)
   memcpy(d + xs + 4, t, sizeof t);
 }
 
-/* rows of x (n_in each) to pairs of records rb bytes apart (rb at least
- * twice xs + REC_TAIL; the second level xs + REC_TAIL after the first).  A NaN or an infinity
+/* rows of x (n_in each) to three records each, rows rb bytes apart (rb
+ * at least three times xs + REC_TAIL; each level xs + REC_TAIL after the
+ * last).  The third level, s3 = s2 / 254, is the remainder's remainder:
+ * a row whose crest max|x| / rms(x) is over CREST3 says so in its second
+ * record's flag, and a pass holding such a row sums all three levels.  A NaN or an infinity
  * shows in the row's sum (which, for finite values, can only overflow
  * past 3e38 times n_in / 16 and send a row that could be quantised to the
  * f32 path, which is still right).  No clamp on the first level: |x| <=
@@ -164,20 +176,22 @@ VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, s
   long r, k;
   for (r = 0; r < rows; r++) {
     const float *xr = x + r * x_stride;
-    signed char *d = xq + r * rb, *d2 = d + half;
-    __m512 mx0 = _mm512_setzero_ps(), mx1 = _mm512_setzero_ps(), sum = _mm512_setzero_ps(), v;
-    __m512i isum = _mm512_setzero_si512(), isum2 = _mm512_setzero_si512();
+    signed char *d = xq + r * rb, *d2 = d + half, *d3 = d2 + half;
+    __m512 mx0 = _mm512_setzero_ps(), mx1 = _mm512_setzero_ps(), sum = _mm512_setzero_ps(), sq = _mm512_setzero_ps(), v;
+    __m512i isum = _mm512_setzero_si512(), isum2 = _mm512_setzero_si512(), isum3 = _mm512_setzero_si512();
     float amax, total, s1;
     for (k = 0; k + 32 <= n16; k += 32) {
       const __m512 a = _mm512_loadu_ps(xr + k), b = _mm512_loadu_ps(xr + k + 16);
       mx0 = _mm512_max_ps(mx0, _mm512_abs_ps(a));
       mx1 = _mm512_max_ps(mx1, _mm512_abs_ps(b));
       sum = _mm512_add_ps(sum, _mm512_add_ps(a, b));
+      sq = _mm512_fmadd_ps(b, b, _mm512_fmadd_ps(a, a, sq));
     }
     for (; k < n_in; k += 16) {
       v = _mm512_maskz_loadu_ps(k < n16 ? (__mmask16)0xFFFF : tail, xr + k);
       mx0 = _mm512_max_ps(mx0, _mm512_abs_ps(v));
       sum = _mm512_add_ps(sum, v);
+      sq = _mm512_fmadd_ps(v, v, sq);
     }
     amax = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
     total = _mm512_reduce_add_ps(sum);
@@ -186,26 +200,35 @@ VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, s
     if (!(total - total == 0) || (amax > 0 && amax < 0x1p-100f)) {
       memset(d, 0, (size_t)xs);
       memset(d2, 0, (size_t)xs);
+      memset(d3, 0, (size_t)xs);
       put_tail(d, xs, 0, 0, 1);
       put_tail(d2, xs, 0, 0, 0);
+      put_tail(d3, xs, 0, 0, 0);
       continue;
     }
     s1 = amax > 0 ? amax / 127.0f : 1.0f;
     {
-      const float s2 = s1 / 254.0f;
+      const float s2 = s1 / 254.0f, s3 = s2 / 254.0f;
+      /* max|x|^2 n > CREST3^2 sum x^2, in double: amax^2 overflows f32 from 1.8e19 */
+      const int three = (double)amax * amax * (double)n_in > (double)CREST3 * CREST3 * _mm512_reduce_add_ps(sq);
       const __m512 inv1 = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f), inv2 = _mm512_set1_ps(amax > 0 ? 1.0f / s2 : 0.0f);
-      const __m512 vs1 = _mm512_set1_ps(s1), lim = _mm512_set1_ps(127.0f);
+      const __m512 inv3 = _mm512_set1_ps(amax > 0 ? 1.0f / s3 : 0.0f);
+      const __m512 vs1 = _mm512_set1_ps(s1), vs2 = _mm512_set1_ps(s2), lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
       for (k = 0; k < xs; k += 16) {
         const __m512 xv = k < n16 ? _mm512_loadu_ps(xr + k) : _mm512_maskz_loadu_ps(k < n_in ? tail : (__mmask16)0, xr + k);
         const __m512 q1 = _mm512_roundscale_ps(_mm512_mul_ps(xv, inv1), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         const __m512 rem = _mm512_fnmadd_ps(q1, vs1, xv); /* x - s1 q1, one rounding */
+        const __m512 q2 = _mm512_roundscale_ps(_mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(rem, inv2), lim), nlim),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512 rem2 = _mm512_fnmadd_ps(q2, vs2, rem); /* rem - s2 q2 */
         put_level(q1, d + k, &isum);
-        put_level(_mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(rem, inv2), lim), _mm512_sub_ps(_mm512_setzero_ps(), lim)),
-                  d2 + k, &isum2);
+        put_level(q2, d2 + k, &isum2);
+        put_level(_mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(rem2, inv3), lim), nlim), d3 + k, &isum3);
       }
       /* |sums| <= 127 * 16384 */
       put_tail(d, xs, s1, 128 * _mm512_reduce_add_epi32(isum), 0);
-      put_tail(d2, xs, s2, 128 * _mm512_reduce_add_epi32(isum2), 0);
+      put_tail(d2, xs, s2, 128 * _mm512_reduce_add_epi32(isum2), three);
+      put_tail(d3, xs, s3, 128 * _mm512_reduce_add_epi32(isum3), 0);
     }
   }
 }
@@ -220,12 +243,12 @@ VNNI static inline __attribute__((always_inline)) __m512i dpbusd(__m512i acc, __
   return acc;
 }
 
-/* c (MR / 2 rows by 32 outputs, m0 and m1 the live ones) = MR records of
- * xq (rows rb bytes apart, each its two levels, xs of values, one after
- * the other) times the regrouped panel wg, scaled and biased as the file
- * says */
-#define LEVEL(xq, rb, xs, i) ((xq) + ((i) >> 1) * (rb) + ((i) & 1) * ((xs) + REC_TAIL))
-VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int MR, long k4n, const signed char *xq, long rb,
+/* c (MR / LV rows by 32 outputs, m0 and m1 the live ones) = MR records of
+ * xq (rows rb bytes apart, each its first LV levels, xs of values, one
+ * after the other) times the regrouped panel wg, scaled and biased as the
+ * file says */
+#define LEVEL(xq, rb, xs, LV, i) ((xq) + (i) / (LV) * (rb) + (i) % (LV) * ((xs) + REC_TAIL))
+VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int LV, const int MR, long k4n, const signed char *xq, long rb,
                                                                          long xs, const unsigned char *wg, const float *scale,
                                                                          float *c, long ldc, const float *bias, __mmask16 m0,
                                                                          __mmask16 m1)
@@ -238,16 +261,16 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
     acc1[i] = _mm512_setzero_si512();
     /* the outputs' lines asked for now, owned by the time the sums are
      * stored: a projection's outputs are fresh memory, past L2 */
-    if (i % 2 == 0) {
-      __builtin_prefetch(c + i / 2 * ldc, 1, 3);
-      __builtin_prefetch(c + i / 2 * ldc + 16, 1, 3);
+    if (i % LV == 0) {
+      __builtin_prefetch(c + i / LV * ldc, 1, 3);
+      __builtin_prefetch(c + i / LV * ldc + 16, 1, 3);
     }
   }
   for (k4 = 0; k4 < k4n; k4++) {
     const __m512i w0 = _mm512_load_si512(wg + k4 * 128), w1 = _mm512_load_si512(wg + k4 * 128 + 64);
     for (i = 0; i < MR; i++) {
       int xv;
-      memcpy(&xv, LEVEL(xq, rb, xs, i) + k4 * 4, sizeof xv);
+      memcpy(&xv, LEVEL(xq, rb, xs, LV, i) + k4 * 4, sizeof xv);
       const __m512i xb = _mm512_set1_epi32(xv);
       acc0[i] = dpbusd(acc0[i], w0, xb);
       acc1[i] = dpbusd(acc1[i], w1, xb);
@@ -257,16 +280,18 @@ VNNI static inline __attribute__((always_inline)) void lin_vnni_kernel(const int
     const __m512 w0 = _mm512_loadu_ps(scale), w1 = _mm512_loadu_ps(scale + 16);
     const __m512 c0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
     const __m512 c1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-    for (i = 0; i < MR; i += 2) {
-      const signed char *r1 = LEVEL(xq, rb, xs, i), *r2 = LEVEL(xq, rb, xs, i + 1);
-      const __m512 s1 = _mm512_set1_ps(rec_scale(r1, xs)), s2 = _mm512_set1_ps(rec_scale(r2, xs));
-      const __m512i z1 = _mm512_set1_epi32(rec_int(r1, xs, 0)), z2 = _mm512_set1_epi32(rec_int(r2, xs, 0));
-      const __m512 t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i], z1)), s1,
-                                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i + 1], z2)), s2));
-      const __m512 t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i], z1)), s1,
-                                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i + 1], z2)), s2));
-      _mm512_mask_storeu_ps(c + i / 2 * ldc, m0, _mm512_fmadd_ps(t0, w0, c0));
-      _mm512_mask_storeu_ps(c + i / 2 * ldc + 16, m1, _mm512_fmadd_ps(t1, w1, c1));
+    for (i = 0; i < MR; i += LV) {
+      __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
+      int l;
+      for (l = LV - 1; l >= 0; l--) { /* the smallest level first */
+        const signed char *rl = LEVEL(xq, rb, xs, LV, i + l);
+        const __m512 sl = _mm512_set1_ps(rec_scale(rl, xs));
+        const __m512i zl = _mm512_set1_epi32(rec_int(rl, xs, 0));
+        t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[i + l], zl)), sl, t0);
+        t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[i + l], zl)), sl, t1);
+      }
+      _mm512_mask_storeu_ps(c + i / LV * ldc, m0, _mm512_fmadd_ps(t0, w0, c0));
+      _mm512_mask_storeu_ps(c + i / LV * ldc + 16, m1, _mm512_fmadd_ps(t1, w1, c1));
     }
   }
 }
@@ -344,7 +369,7 @@ VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, lo
   const int pre = grouped(n_in);
   /* from one panel's regrouped weights to the next: as packed, or as regrouped here */
   const long gstep = pre ? ATTNC_Q8_PANEL(n_in) : k4n * 128, wbytes = pre ? 0 : panels * gstep;
-  const long xs = rec_xs(n_in), rb = xq_in ? rb_in : 2 * (xs + REC_TAIL);
+  const long xs = rec_xs(n_in), rb = xq_in ? rb_in : 3 * (xs + REC_TAIL);
   const unsigned char *wg0 = (const unsigned char *)packed + NR * sizeof(float);
   void *mem = NULL;
   long pass, p, bk, r;
@@ -365,7 +390,13 @@ VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, lo
     const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
     const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
     const signed char *xq = xq_in ? xq_in + pr0 * rb : (const signed char *)mem + wbytes;
+    int lv = 2;
+    long nb;
     if (!xq_in) quantise(x + pr0 * x_stride, prows, x_stride, n_in, (signed char *)mem + wbytes, rb);
+    for (r = 0; r < prows; r++) /* a row with an outlier: the whole pass in three levels */
+      if (rec_int(xq + r * rb + xs + REC_TAIL, xs, 1)) lv = 3;
+    /* blocks of up to 6 rows in two levels, 4 in three (VB sums either way) */
+    nb = lv == 2 ? b1 - b0 : (prows + 3) / 4;
     for (p = 0; p < panels; p++) {
       const float *scale = (const float *)((const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in));
       const long nv = n_out - p * NR, a = col0 + p * NR;
@@ -374,16 +405,22 @@ VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, lo
       const float *bias = b ? b + p * NR : NULL;
       const unsigned char *wp = wg0 + p * gstep;
       float *yp = y + a / head_w * head_stride + a % head_w;
-      for (bk = b0; bk < b1; bk++) {
-        const long r0 = bk * rows / nblk, mr = (bk + 1) * rows / nblk - r0;
-        const signed char *xr = xq + (r0 - pr0) * rb;
-        float *c = yp + r0 * y_stride;
-#define LINV_CASE(MR) \
-  case MR: lin_vnni_kernel(2 * MR, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
-        switch (mr) {
-          LINV_CASE(6) LINV_CASE(5) LINV_CASE(4) LINV_CASE(3) LINV_CASE(2)
-        default: lin_vnni_kernel(2, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
-        }
+      for (bk = 0; bk < nb; bk++) {
+        const long r0 = bk * prows / nb, mr = (bk + 1) * prows / nb - r0;
+        const signed char *xr = xq + r0 * rb;
+        float *c = yp + (pr0 + r0) * y_stride;
+#define LINV_CASE(LV, MR) \
+  case MR: lin_vnni_kernel(LV, LV * MR, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
+        if (lv == 2)
+          switch (mr) {
+            LINV_CASE(2, 6) LINV_CASE(2, 5) LINV_CASE(2, 4) LINV_CASE(2, 3) LINV_CASE(2, 2)
+          default: lin_vnni_kernel(2, 2, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
+          }
+        else
+          switch (mr) {
+            LINV_CASE(3, 4) LINV_CASE(3, 3) LINV_CASE(3, 2)
+          default: lin_vnni_kernel(3, 3, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
+          }
 #undef LINV_CASE
       }
     }
@@ -413,7 +450,7 @@ void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, 
 
 long attnc_prims_q8_row_bytes_vnni(long n_in)
 {
-  return 2 * (rec_xs(n_in) + REC_TAIL);
+  return 3 * (rec_xs(n_in) + REC_TAIL);
 }
 
 void attnc_prims_q8_quantise_vnni(const float *x, long rows, long x_stride, long n_in, void *xq, long xq_stride)

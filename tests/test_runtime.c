@@ -577,14 +577,16 @@ static void int8_outlier_run(int as_int8, const float *x, float (*w)[OQ_C * OQ_C
 /* weights=int8 within DESIGN.md's int8 row where x quantised per row in
  * one level was not: an outlier channel (x 100, as LLM activations have),
  * and weights 4 times PyTorch's Linear init (a sharp softmax magnifies q's
- * and k's errors), against the f32 kernel on the dequantised weights */
+ * and k's errors), against the f32 kernel on the dequantised weights; and
+ * where two levels were not: both at once, with the outlier at x 1000
+ * (two levels read 5.6 times the elementwise bound, three 0.0009) */
 static void test_runtime_int8_outlier_channel(void **state)
 {
   static float x[OQ_N], w[4][OQ_C * OQ_C], want[OQ_N], got[OQ_N];
   unsigned long long h = 88172645463325252ULL;
   int outlier, i, m;
   (void)state;
-  for (outlier = 0; outlier < 3; outlier++) { /* 2: every value near 1e-37, too small to quantise: summed in f32 */
+  for (outlier = 0; outlier < 4; outlier++) { /* 2: every value near 1e-37, too small to quantise: summed in f32 */
     double ms = 0, err = 0, worst = 0;
     for (i = 0; i < OQ_N; i++) { /* about N(0, 1): a sum of 4 uniforms */
       double u = 0;
@@ -592,7 +594,8 @@ static void test_runtime_int8_outlier_channel(void **state)
         h ^= h << 13, h ^= h >> 7, h ^= h << 17;
         u += (double)(h >> 11) / 9007199254740992.0 - 0.5;
       }
-      x[i] = (float)(u * 1.7320508) * (outlier == 1 && i % OQ_C == 3 ? 100.0f : 1.0f) * (outlier == 2 ? 1e-37f : 1.0f);
+      x[i] = (float)(u * 1.7320508) * (i % OQ_C == 3 ? outlier == 1 ? 100.0f : outlier == 3 ? 1000.0f : 1.0f : 1.0f) *
+             (outlier == 2 ? 1e-37f : 1.0f);
     }
     for (m = 0; m < 4; m++)
       for (i = 0; i < OQ_C * OQ_C; i++) {
@@ -608,7 +611,7 @@ static void test_runtime_int8_outlier_channel(void **state)
       if (!(d <= bound * worst)) worst = d / bound;
     }
     print_message("int8 %s: NMSE %.3g (bound 1e-3), worst element %.3g of its bound\n",
-                  outlier == 1 ? "x with an outlier channel" : outlier ? "x near 1e-37" : "4x weights", err / ms, worst);
+                  outlier == 1 ? "x with an outlier channel" : outlier == 3 ? "x with a x1000 channel" : outlier ? "x near 1e-37" : "4x weights", err / ms, worst);
     if (!(err <= 1e-3 * ms) || !(worst <= 1)) fail_msg("weights=int8 outside DESIGN.md's int8 row");
   }
 }
