@@ -413,6 +413,10 @@ bench: all $(B)/fma_peak $(B)/prims_bench
 $(B)/prims_bench: bench/prims_bench.c runtime/prims.h $(B)/libattnc.a
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(B)/libattnc.a $(LDLIBS)
 
+# layout=bshc against bhsc, alternated in one process (bench/pair_layout.c)
+$(B)/pair_layout: bench/pair_layout.c runtime/attnc.h $(B)/libattnc.a
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(B)/libattnc.a $(LDLIBS)
+
 # the machine's FMA peak, for the percent-of-peak target (bench/fma_peak.c)
 $(B)/fma_peak: bench/fma_peak.c | $(B)
 	$(Q)$(CC) -std=c99 -O2 -Wall -Wextra -pthread -o $@ $<
