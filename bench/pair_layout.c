@@ -11,11 +11,14 @@
  * EXTRA (one argument: "causal", "causal sinks") is added to both specs.
  * cc backend, 2 threads (ATTNC_THREADS overrides).  Prints each median
  * and the median and quartiles of the per-pair ratios bshc / bhsc (above
- * 1: bshc is slower). */
+ * 1: bshc is slower).  PAIR_HUGE=1 puts the tensors on 2 MiB pages
+ * (madvise MADV_HUGEPAGE; the kernel's transparent huge pages must be
+ * `always` or `madvise`), to split what the pages cost from the rest. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "attnc.h"
@@ -37,6 +40,16 @@ static double quantile(double *v, int n, double f)
 {
   qsort(v, (size_t)n, sizeof *v, cmp);
   return v[(int)(f * (n - 1) + 0.5)];
+}
+
+static float *floats(long n)
+{
+  const size_t huge = (size_t)2 << 20, bytes = ((size_t)n * sizeof(float) + huge - 1) / huge * huge;
+  void *p = NULL;
+  if (!getenv("PAIR_HUGE") || strcmp(getenv("PAIR_HUGE"), "1") != 0) return malloc((size_t)n * sizeof(float));
+  if (posix_memalign(&p, huge, bytes) != 0) return NULL;
+  if (madvise(p, bytes, MADV_HUGEPAGE) != 0) perror("pair_layout: madvise");
+  return p;
 }
 
 static attnc_tensor t4(long a, long b, long c, long d, void *data)
@@ -118,8 +131,7 @@ int main(int argc, char **argv)
     return 2;
   }
   nq = B * S * H * C, nkv = B * S * G * C;
-  q = malloc((size_t)nq * sizeof *q), kv = malloc((size_t)nkv * sizeof *kv);
-  o[0] = malloc((size_t)nq * sizeof *q), o[1] = malloc((size_t)nq * sizeof *q);
+  q = floats(nq), kv = floats(nkv), o[0] = floats(nq), o[1] = floats(nq);
   t[0] = malloc((size_t)pairs * sizeof(double)), t[1] = malloc((size_t)pairs * sizeof(double));
   ratio = malloc((size_t)pairs * sizeof(double));
   if (!q || !kv || !o[0] || !o[1] || !t[0] || !t[1] || !ratio) return 1;

@@ -325,16 +325,18 @@ static void test_prims_linear_q8(void **state)
     free(packed);
   }
   { /* linear_heads_q8: 96 columns from col0 32 as heads of 64, each head's block 3000 floats apart; 40
-     * rows, enough for the dot-product paths (which quantise each row once for all its heads) */
-    const long rows = 40, n_in = 40, n_out = 96, col0 = 32, hw = 64, hs = 3000;
-    static float x[40 * 40], y[3 * 3000], yl[40 * 96];
+     * rows, enough for the dot-product paths (which quantise each row once for all its heads); row 20
+     * holds an outlier, which VNNI's pass of rows takes in three levels */
+    const long rows = 40, n_in = 80, n_out = 96, col0 = 32, hw = 64, hs = 3000;
+    static float x[40 * 80], y[3 * 3000], yl[40 * 96];
     float scale[128], b[128];
-    signed char q[128 * 40];
+    signed char q[128 * 80];
     void *packed = NULL;
     long i, r, n;
     if (posix_memalign(&packed, 64, (size_t)attnc_prims_pack_q8_size(128, n_in)) != 0) abort();
     reseed(5100000);
     for (i = 0; i < rows * n_in; i++) x[i] = frand();
+    x[20 * n_in + 5] = 100.0f;
     for (i = 0; i < 128 * n_in; i++) q[i] = (signed char)(frand() * 127);
     for (i = 0; i < 128; i++) { scale[i] = 0.01f + 0.001f * (float)i; b[i] = frand(); }
     for (i = 0; i < 3 * 3000; i++) y[i] = 0;
