@@ -214,7 +214,8 @@ static void test_prims_linear_heads(void **state)
  * regrouped at packing by VNNI's pack, the others at each call), n_out
  * across panel tails, strides past the rows, with and without a bias.
  * xq (VNNI): x's rows quantised in two levels, each value within
- * max|x| / 64516; every fifth row from n_in 128 on holds an outlier (100,
+ * max|x| / 64516; from n_in 128 on, every fifth row (and a single row)
+ * holds an outlier (100,
  * the others within 1), over 8 times its rms, and is quantised in three,
  * within max|x| / 16387064. */
 static int check_linear_q8(const char *isa, void (*lin)(const float *, long, long, long, const void *, long,
@@ -237,8 +238,8 @@ static int check_linear_q8(const char *isa, void (*lin)(const float *, long, lon
         if (posix_memalign(&packed, 64, (size_t)attnc_prims_pack_q8_size(n_out, n_in)) != 0) abort();
         reseed((uint64_t)((rows * 131 + n_in) * 131 + n_out) * 2 + (uint64_t)with_b + 5000000);
         for (i = 0; i < rows * xs; i++) x[i] = frand();
-        if (xq && n_in >= 128)
-          for (r = 2; r < rows; r += 5) x[r * xs + n_in / 2] = 100.0f;
+        if (xq && n_in >= 128) /* every fifth row from the third, and a decoding step's one */
+          for (r = rows == 1 ? 0 : 2; r < rows; r += 5) x[r * xs + n_in / 2] = 100.0f;
         for (i = 0; i < rows * ys; i++) y[i] = 12345.0f; /* past n_out: must stay */
         for (i = 0; i < n_out * n_in; i++) q[i] = (signed char)(frand() * 127.5f);
         q[0] = -128; /* the full range */
@@ -265,7 +266,7 @@ static int check_linear_q8(const char *isa, void (*lin)(const float *, long, lon
             }
             /* xq: x quantised per row, each value within half the last
              * level's step of itself */
-            const double step = xq && n_in >= 128 && r % 5 == 2 && r >= 2 ? 16387064.0 : 64516.0;
+            const double step = xq && n_in >= 128 && (r % 5 == 2 || rows == 1) ? 16387064.0 : 64516.0;
             if (!(fabs(got - want) <= rel * mag + 1e-7 + (xq ? amax / step * wsum * (1 + 1e-3) : 0))) {
               if (bad++ < 5)
                 fprintf(stderr, "linear_q8 [%s] rows=%ld n_in=%ld n_out=%ld bias=%d: y[%ld][%ld] = %.9g, want %.9g\n", isa,
