@@ -1,22 +1,23 @@
 /* AVX512-VNNI without AMX: linear_q8 (int8 weights) on vpdpbusd, which
  * sums four u8 x s8 products into each i32 lane: four times the lanes of
  * an f32 FMA per instruction.  Each row of x is quantised on the fly in
- * levels: s1 = max|x| / 127, q1 = round(x / s1) in -127..127 (vpdpbusd's
- * signed operand), then the remainder x - s1 q1 (at most s1 / 2) as s2 =
- * s1 / 254, q2 = round((x - s1 q1) / s2) in -127..127, and for a row with
- * an outlier (max|x| over CREST3 times its rms) the remainder of that as
- * s3 = s2 / 254.  The weights are the unsigned operand, stored as w + 128,
- * and the 128 is taken back out through each level's sum of q.  So y =
- * scale[n] * sum over levels l of sl (accl - 128 sum(ql)) + b, within the
- * last level's s / 2 * sum_k |w[n][k]| of the exact product: about 1/508
- * of one level's error in two levels, 1/129032 in three.  One level
- * (PyTorch's dynamic quantisation, per tensor there) lost up to max|x| /
- * 254 per element: with an outlier channel, or a softmax sharp enough to
- * magnify q's and k's errors, outputs left DESIGN.md's int8 bound.  Two
- * levels meet it with a wide margin at twice the products, except where
- * both meet: outlier channels at x 1000 and a sharp softmax put two
- * levels at up to 13 times the elementwise bound, and three at 0.17 of it
- * (tests/test_runtime.c, test_runtime_int8_outlier_channel).
+ * three levels: s1 = max|x| / 127, q1 = round(x / s1) in -127..127
+ * (vpdpbusd's signed operand), then the remainder x - s1 q1 (at most s1 /
+ * 2) as s2 = s1 / 254, q2 = round((x - s1 q1) / s2) in -127..127, and the
+ * remainder of that as s3 = s2 / 254.  The weights are the unsigned
+ * operand, stored as w + 128, and the 128 is taken back out through each
+ * level's sum of q.  So y = scale[n] * sum over levels l of sl (accl -
+ * 128 sum(ql)) + b, within s3 / 2 * sum_k |w[n][k]| of the exact product
+ * (max|x| / 16387064 a value, about f32's own rounding).  Fewer levels
+ * lost DESIGN.md's int8 bound wherever a softmax is sharp enough to
+ * magnify q's and k's errors: one level (PyTorch's dynamic quantisation,
+ * per tensor there), within max|x| / 254 a value, with an outlier channel
+ * (x 100) or weights at 4 times nn.Linear's init; two, within max|x| /
+ * 64516, with both at once (up to 13 times the elementwise bound), and
+ * at widths of 64 and 96 with a few channels at x 100 to x 1000 (an
+ * audit read 1.1 to 8.4 times).  Three read at most 0.05 of it there
+ * (tests/test_runtime.c, test_runtime_int8_outlier_channel;
+ * tools/int8_levels.py models each choice).
  * The weights come regrouped for vpdpbusd (attnc_prims_pack_q8_vnni) when
  * n_in is a multiple of 4 up to 16384 (where i32 sums could overflow);
  * other widths are regrouped at each call, from attnc_prims_pack_q8's
@@ -36,8 +37,9 @@
 
 #define NR ATTNC_PACK_NR
 #define VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,prfchw")))
-#define VB 12          /* levels a block (6 rows of 2): 24 sums, two weight vectors and a broadcast in registers */
-#define VR (2 * VB)    /* rows quantised at a time (a pass: 4 blocks) */
+#define VB 12          /* levels a block (4 rows of 3): 24 sums, two weight vectors and a broadcast in registers */
+#define LEVELS 3       /* of each row of x */
+#define VR 24          /* rows quantised at a time (a pass) */
 #define VNNI_MAX_IN 16384 /* 4096 steps of at most 4 * 255 * 128: within i32 */
 /* Fewer rows of weights regrouped at each call go to the f32 linear_q8:
  * the regrouping (one pass over the weights, about 12 instructions a 128
@@ -121,10 +123,6 @@ void attnc_prims_pack_q8_vnni(const signed char *q, const float *scale, long n_o
  * instead (it held a NaN or an infinity, or was too small to scale; i32),
  * whose values are then 0 */
 #define REC_TAIL 16
-/* A row whose max|x| is over CREST3 times its rms (an outlier channel:
- * x 100 in 512 reads 22; Gaussian rows read about 3 to 5) is summed in
- * three levels, whose last error is max|x| / 16387064 a value */
-#define CREST3 8
 static long rec_xs(long n_in)
 {
   return ((n_in + 3) / 4 * 4 + 15) / 16 * 16;
@@ -158,11 +156,9 @@ static void put_tail(signed char *d, long xs, float scale, int sum128, int flag)
   memcpy(d + xs + 4, t, sizeof t);
 }
 
-/* rows of x (n_in each) to three records each, rows rb bytes apart (rb
- * at least three times xs + REC_TAIL; each level xs + REC_TAIL after the
- * last).  The third level, s3 = s2 / 254, is the remainder's remainder:
- * a row whose crest max|x| / rms(x) is over CREST3 says so in its second
- * record's flag, and a pass holding such a row sums all three levels.  A NaN or an infinity
+/* rows of x (n_in each) to three records each, its levels, rows rb bytes
+ * apart (rb at least three times xs + REC_TAIL; each level xs + REC_TAIL
+ * after the last).  A NaN or an infinity
  * shows in the row's sum (which, for finite values, can only overflow
  * past 3e38 times n_in / 16 and send a row that could be quantised to the
  * f32 path, which is still right).  No clamp on the first level: |x| <=
@@ -177,7 +173,7 @@ VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, s
   for (r = 0; r < rows; r++) {
     const float *xr = x + r * x_stride;
     signed char *d = xq + r * rb, *d2 = d + half, *d3 = d2 + half;
-    __m512 mx0 = _mm512_setzero_ps(), mx1 = _mm512_setzero_ps(), sum = _mm512_setzero_ps(), sq = _mm512_setzero_ps(), v;
+    __m512 mx0 = _mm512_setzero_ps(), mx1 = _mm512_setzero_ps(), sum = _mm512_setzero_ps(), v;
     __m512i isum = _mm512_setzero_si512(), isum2 = _mm512_setzero_si512(), isum3 = _mm512_setzero_si512();
     float amax, total, s1;
     for (k = 0; k + 32 <= n16; k += 32) {
@@ -185,13 +181,11 @@ VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, s
       mx0 = _mm512_max_ps(mx0, _mm512_abs_ps(a));
       mx1 = _mm512_max_ps(mx1, _mm512_abs_ps(b));
       sum = _mm512_add_ps(sum, _mm512_add_ps(a, b));
-      sq = _mm512_fmadd_ps(b, b, _mm512_fmadd_ps(a, a, sq));
     }
     for (; k < n_in; k += 16) {
       v = _mm512_maskz_loadu_ps(k < n16 ? (__mmask16)0xFFFF : tail, xr + k);
       mx0 = _mm512_max_ps(mx0, _mm512_abs_ps(v));
       sum = _mm512_add_ps(sum, v);
-      sq = _mm512_fmadd_ps(v, v, sq);
     }
     amax = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
     total = _mm512_reduce_add_ps(sum);
@@ -209,8 +203,6 @@ VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, s
     s1 = amax > 0 ? amax / 127.0f : 1.0f;
     {
       const float s2 = s1 / 254.0f, s3 = s2 / 254.0f;
-      /* max|x|^2 n > CREST3^2 sum x^2, in double: amax^2 overflows f32 from 1.8e19 */
-      const int three = (double)amax * amax * (double)n_in > (double)CREST3 * CREST3 * _mm512_reduce_add_ps(sq);
       const __m512 inv1 = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f), inv2 = _mm512_set1_ps(amax > 0 ? 1.0f / s2 : 0.0f);
       const __m512 inv3 = _mm512_set1_ps(amax > 0 ? 1.0f / s3 : 0.0f);
       const __m512 vs1 = _mm512_set1_ps(s1), vs2 = _mm512_set1_ps(s2), lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
@@ -227,7 +219,7 @@ VNNI static void quantise(const float *x, long rows, long x_stride, long n_in, s
       }
       /* |sums| <= 127 * 16384 */
       put_tail(d, xs, s1, 128 * _mm512_reduce_add_epi32(isum), 0);
-      put_tail(d2, xs, s2, 128 * _mm512_reduce_add_epi32(isum2), three);
+      put_tail(d2, xs, s2, 128 * _mm512_reduce_add_epi32(isum2), 0);
       put_tail(d3, xs, s3, 128 * _mm512_reduce_add_epi32(isum3), 0);
     }
   }
@@ -357,7 +349,7 @@ VNNI static void heads_f32_grouped(const float *x, long rows, long x_stride, lon
  * call.  The weights as packed when grouped(n_in), else regrouped once
  * per call (n_out rounded to panels by n_in rounded to 4, in one
  * allocation with a pass's records); then passes of up to VR rows, each
- * sweeping every panel of every head in blocks of up to VB rows, so that
+ * sweeping every panel of every head in blocks of up to VB / LEVELS rows, so that
  * a row is quantised once however many heads its outputs go to.  Rows
  * that could not be quantised are done again in f32 from x; without
  * memory, every row. */
@@ -365,11 +357,11 @@ VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, lo
                         const void *packed, long n_out, const float *b, float *y, long y_stride, long col0, long head_w,
                         long head_stride)
 {
-  const long panels = (n_out + NR - 1) / NR, nblk = (rows + VB / 2 - 1) / (VB / 2), npass = (nblk + 3) / 4, k4n = (n_in + 3) / 4;
+  const long panels = (n_out + NR - 1) / NR, npass = (rows + VR - 1) / VR, k4n = (n_in + 3) / 4;
   const int pre = grouped(n_in);
   /* from one panel's regrouped weights to the next: as packed, or as regrouped here */
   const long gstep = pre ? ATTNC_Q8_PANEL(n_in) : k4n * 128, wbytes = pre ? 0 : panels * gstep;
-  const long xs = rec_xs(n_in), rb = xq_in ? rb_in : 3 * (xs + REC_TAIL);
+  const long xs = rec_xs(n_in), rb = xq_in ? rb_in : LEVELS * (xs + REC_TAIL);
   const unsigned char *wg0 = (const unsigned char *)packed + NR * sizeof(float);
   void *mem = NULL;
   long pass, p, bk, r;
@@ -387,16 +379,10 @@ VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, lo
               (unsigned char *)mem + p * gstep);
   }
   for (pass = 0; pass < npass; pass++) {
-    const long b0 = pass * nblk / npass, b1 = (pass + 1) * nblk / npass;
-    const long pr0 = b0 * rows / nblk, prows = b1 * rows / nblk - pr0;
+    const long pr0 = pass * rows / npass, prows = (pass + 1) * rows / npass - pr0;
     const signed char *xq = xq_in ? xq_in + pr0 * rb : (const signed char *)mem + wbytes;
-    int lv = 2;
-    long nb;
+    const long nb = (prows + VB / LEVELS - 1) / (VB / LEVELS); /* blocks of up to VB / LEVELS rows */
     if (!xq_in) quantise(x + pr0 * x_stride, prows, x_stride, n_in, (signed char *)mem + wbytes, rb);
-    for (r = 0; r < prows; r++) /* a row with an outlier: the whole pass in three levels */
-      if (rec_int(xq + r * rb + xs + REC_TAIL, xs, 1)) lv = 3;
-    /* blocks of up to 6 rows in two levels, 4 in three (VB sums either way) */
-    nb = lv == 2 ? b1 - b0 : (prows + 3) / 4;
     for (p = 0; p < panels; p++) {
       const float *scale = (const float *)((const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in));
       const long nv = n_out - p * NR, a = col0 + p * NR;
@@ -409,18 +395,12 @@ VNNI static void lin_q8(const signed char *xq_in, long rb_in, const float *x, lo
         const long r0 = bk * prows / nb, mr = (bk + 1) * prows / nb - r0;
         const signed char *xr = xq + r0 * rb;
         float *c = yp + (pr0 + r0) * y_stride;
-#define LINV_CASE(LV, MR) \
-  case MR: lin_vnni_kernel(LV, LV * MR, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
-        if (lv == 2)
-          switch (mr) {
-            LINV_CASE(2, 6) LINV_CASE(2, 5) LINV_CASE(2, 4) LINV_CASE(2, 3) LINV_CASE(2, 2)
-          default: lin_vnni_kernel(2, 2, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
-          }
-        else
-          switch (mr) {
-            LINV_CASE(3, 4) LINV_CASE(3, 3) LINV_CASE(3, 2)
-          default: lin_vnni_kernel(3, 3, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
-          }
+#define LINV_CASE(MR) \
+  case MR: lin_vnni_kernel(LEVELS, LEVELS * MR, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
+        switch (mr) {
+          LINV_CASE(4) LINV_CASE(3) LINV_CASE(2)
+        default: lin_vnni_kernel(LEVELS, LEVELS, k4n, xr, rb, xs, wp, scale, c, y_stride, bias, m0, m1); break;
+        }
 #undef LINV_CASE
       }
     }
@@ -450,7 +430,7 @@ void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, 
 
 long attnc_prims_q8_row_bytes_vnni(long n_in)
 {
-  return 3 * (rec_xs(n_in) + REC_TAIL);
+  return LEVELS * (rec_xs(n_in) + REC_TAIL);
 }
 
 void attnc_prims_q8_quantise_vnni(const float *x, long rows, long x_stride, long n_in, void *xq, long xq_stride)
