@@ -415,7 +415,7 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
    * one head per tile) by 16 x 16 transposes */
   const int bias_rows = t->bias && t->bias_j == 1, bias_cols = t->bias && !bias_rows && t->bias_i == 1 && t->q_group == 1;
   if (rows < 16 || rows > 256 || (t->bias && !bias_rows && !bias_cols) || (t->mask && t->mask_j != 1) || t->m_out ||
-      c % 32 || c > 256 || cap2 > 0 || s2 == 0 || !attnc_prims_fits_lanes(t)) {
+      c % 32 || c > 256 || cap2 > 0 || s2 == 0 || !attnc_prims_fits_lanes(t) || qk_rounding_too_coarse(t, s2)) {
     attnc_prims_attend_avx512(t);
     return;
   }

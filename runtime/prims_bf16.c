@@ -268,14 +268,14 @@ BF16 static void attend_cols16_dp(const attnc_tile *t, float s2)
 /* attend_bf16 on vdpbf16ps: a tile of 16 to 256 rows, head dim a multiple
  * of 32 (up to 256), a positive scale, a bias contiguous along the keys
  * or (one head) the rows, a mask contiguous along the keys, no softcap or
- * key split; the rest go to the f32 primitive (attnc_prims_attend_avx512),
- * as with AMX. */
+ * key split, and scores small enough for q and k in bf16 (above); the
+ * rest go to the f32 primitive (attnc_prims_attend_avx512), as with AMX. */
 BF16 void attnc_prims_attend_bf16_dp(const attnc_tile *t)
 {
   const float s2 = t->scale * ATTNC_LOG2E;
   const int bias_rows = t->bias && t->bias_j == 1, bias_cols = t->bias && !bias_rows && t->bias_i == 1 && t->q_group == 1;
   if (t->rows < 16 || t->rows > 256 || (t->bias && !bias_rows && !bias_cols) || (t->mask && t->mask_j != 1) || t->m_out ||
-      t->c % 32 || t->c > 256 || t->softcap > 0 || !(s2 > 0) || !attnc_prims_fits_lanes(t)) {
+      t->c % 32 || t->c > 256 || t->softcap > 0 || !(s2 > 0) || !attnc_prims_fits_lanes(t) || qk_rounding_too_coarse(t, s2)) {
     attnc_prims_attend_avx512(t);
     return;
   }

@@ -6,6 +6,7 @@
 #define ATTNC_PRIMS_BF16_H
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "prims.h"
 
@@ -171,6 +172,69 @@ BF16 static inline void cols16_out(const attnc_tile *t, long ng, const float *O,
     for (x = 0; x < 16 && g * 16 + x < rows; x++)
       if (M[g * 16 + x] == -INFINITY && L[g * 16 + x] == 0) attnc_prims_empty_row(t, g * 16 + x, orow[x]);
   }
+}
+
+/* Rounding q and k to bf16 (each value within 2^-9 of itself) moves a
+ * score by up to 2^-8 |q| |k|, s2 times that in the base-2 logits.  A
+ * softmax sharp enough magnifies it past DESIGN.md's bf16 row: weights at
+ * 4 to 8 times nn.Linear's init with an outlier channel in x, a large
+ * mean or rows of mixed size read 4 to 52 times the bound (an audit
+ * against a float64 PyTorch oracle).  A tile whose largest |q| |k| could
+ * move a logit by more than QK_ROUNDING_MAX takes the f32 primitive,
+ * whose q and k are not rounded (the AMX and vdpbf16ps attention both
+ * ask); random q and k at nn.Linear's init read about 0.015 (head dim
+ * 64). */
+#define QK_ROUNDING_MAX 0.0625f
+
+/* the largest sum of squares of n rows of c floats (c a multiple of 16) */
+BF16 static inline float max_norm2(const float *const *row, long n, long c)
+{
+  float best = 0;
+  long i, d;
+  for (i = 0; i < n; i++) {
+    __m512 acc = _mm512_setzero_ps();
+    float v;
+    if (!row[i]) continue;
+    for (d = 0; d < c; d += 16) {
+      const __m512 x = _mm512_loadu_ps(row[i] + d);
+      acc = _mm512_fmadd_ps(x, x, acc);
+    }
+    v = _mm512_reduce_add_ps(acc);
+    if (!(v <= best)) best = v; /* a NaN or an infinity wins, and sends the tile to f32 */
+  }
+  return best;
+}
+
+/* 1 when rounding the tile's q and the keys its rows see to bf16 could
+ * move a base-2 logit by more than QK_ROUNDING_MAX */
+BF16 static inline int qk_rounding_too_coarse(const attnc_tile *t, float s2)
+{
+  const float *rows[16];
+  float q2 = 0, k2 = 0;
+  long r, j0, j1, lo, hi;
+  for (r = 0; r < t->rows; r += 16) {
+    float v;
+    attnc_prims_row_ptrs(t, t->q, t->q_stride, t->q_hstride, r, 16, rows);
+    v = max_norm2(rows, 16, t->c);
+    if (!(v <= q2)) q2 = v;
+  }
+  j0 = t->k_end, j1 = t->k_begin - 1;
+  for (r = 0; r < t->rows; r++) {
+    attnc_prims_row_range(t, r, &lo, &hi);
+    if (lo <= hi) {
+      if (lo < j0) j0 = lo;
+      if (hi > j1) j1 = hi;
+    }
+  }
+  for (; j0 <= j1; j0 += 16) {
+    long u;
+    for (u = 0; u < 16; u++) rows[u] = j0 + u <= j1 ? t->k + (j0 + u) * t->k_stride : (const float *)0;
+    {
+      const float v = max_norm2(rows, 16, t->c);
+      if (!(v <= k2)) k2 = v;
+    }
+  }
+  return !(fabsf(s2) * 0x1p-8f * sqrtf(q2) * sqrtf(k2) <= QK_ROUNDING_MAX);
 }
 
 #endif
