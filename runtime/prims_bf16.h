@@ -176,14 +176,13 @@ BF16 static inline void cols16_out(const attnc_tile *t, long ng, const float *O,
 
 /* Rounding q and k to bf16 (each value within 2^-9 of itself) moves a
  * score by up to 2^-8 |q| |k|, s2 times that in the base-2 logits.  A
- * softmax sharp enough magnifies it past DESIGN.md's bf16 row: weights at
- * 4 to 8 times nn.Linear's init with an outlier channel in x, a large
- * mean or rows of mixed size read 4 to 52 times the bound (an audit
- * against a float64 PyTorch oracle).  A tile whose largest |q| |k| could
- * move a logit by more than QK_ROUNDING_MAX takes the f32 primitive,
- * whose q and k are not rounded (the AMX and vdpbf16ps attention both
- * ask); random q and k at nn.Linear's init read about 0.015 (head dim
- * 64). */
+ * softmax sharp enough (large weights with outlier channels, a large
+ * mean or rows of mixed size) magnifies it past DESIGN.md's bf16 row
+ * (docs/spec.md, bf16 and f16 kernels).  A tile whose largest |q| |k|
+ * could move a logit by more than QK_ROUNDING_MAX takes the f32
+ * primitive, whose q and k are not rounded (the AMX and vdpbf16ps
+ * attention both ask); random q and k at nn.Linear's init stay well
+ * below it. */
 #define QK_ROUNDING_MAX 0.0625f
 
 /* the largest sum of squares of n rows of c floats (c a multiple of 16) */

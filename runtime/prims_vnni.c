@@ -9,15 +9,12 @@
  * level's sum of q.  So y = scale[n] * sum over levels l of sl (accl -
  * 128 sum(ql)) + b, within s3 / 2 * sum_k |w[n][k]| of the exact product
  * (max|x| / 16387064 a value, about f32's own rounding).  Fewer levels
- * lost DESIGN.md's int8 bound wherever a softmax is sharp enough to
- * magnify q's and k's errors: one level (PyTorch's dynamic quantisation,
- * per tensor there), within max|x| / 254 a value, with an outlier channel
- * (x 100) or weights at 4 times nn.Linear's init; two, within max|x| /
- * 64516, with both at once (up to 13 times the elementwise bound), and
- * at widths of 64 and 96 with a few channels at x 100 to x 1000 (an
- * audit read 1.1 to 8.4 times).  Three read at most 0.05 of it there
- * (tests/test_runtime.c, test_runtime_int8_outlier_channel;
- * tools/int8_levels.py models each choice).
+ * (one, as PyTorch's dynamic quantisation: max|x| / 254 a value; two:
+ * max|x| / 64516) lost DESIGN.md's int8 bound wherever a softmax is sharp
+ * enough to magnify q's and k's errors, with outlier channels or large
+ * weights; docs/spec.md has the measurements, test_runtime.c
+ * (test_runtime_int8_outlier_channel) holds the kernel to the bound, and
+ * tools/int8_levels.py models each choice.
  * The weights come regrouped for vpdpbusd (attnc_prims_pack_q8_vnni) when
  * n_in is a multiple of 4 up to 16384 (where i32 sums could overflow);
  * other widths are regrouped at each call, from attnc_prims_pack_q8's
