@@ -1552,9 +1552,13 @@ void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *
  * docs/performance.md, "Decode D in 16 bits") halves, and the widening ops
  * go.  prims.c takes this only where vdpbf16ps is not slower than an FMA.
  *
- * q.k: q rounded to bf16 as it is (exact for a bf16 kernel's own q) in
- * the order it is stored, as k is, so each 64-byte load of a key row
- * meets the matching 32 values of q; the scale goes on the f32 sums.
+ * q.k: q in the order it is stored, as k is, so each 64-byte load of a
+ * key row meets the matching 32 values of q; the scale goes on the f32
+ * sums.  q is not rounded to bf16: a projection's or a rotation's q is f32,
+ * and its rounding, times |q| |k|, moves a sharp softmax's scores past
+ * DESIGN.md's bf16 row.  It goes in as two bf16 parts (split_bf16), each
+ * against the same load of k; a q that is all bf16 values (a core-mode
+ * bf16 q) takes one.
  * p.v: keys j and j + 1 are taken together, their value rows interleaved
  * (vpunpcklwd / vpunpckhwd) so that each 32-bit lane holds one dim's two
  * values, against the pair (p[j], p[j + 1]) broadcast.  The unpacks work
@@ -1568,13 +1572,14 @@ void attnc_prims_attend_kv_avx512(const attnc_tile *t, int kv_type, const void *
 #define BF16DP __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 /* S[r * KT + i] = scale * (q row r . key i) for NK (<= 4) keys x MR (<= 4)
- * rows, nc chunks of 32 dims, keys kb bytes apart (as qkd_kv_kernel).  In
+ * rows, nc chunks of 32 dims, keys kb bytes apart (as qkd_kv_kernel); q is
+ * Qb, plus Ql when LO (q's two bf16 parts: see attend_kv_bf16dp).  In
  * 256-bit halves: Zen 4 runs a 512-bit op as two 256-bit ones, so the
  * products cost the same, while each sum is then reduced across 8 lanes,
  * not 16: the reduction below is 42 256-bit ops for the 16 sums, where
  * hsum4x4 is 45 512-bit ones (half the time of this loop at c = 128). */
-BF16DP INLINE void qk_dp_kernel(const int NK, const int MR, long nc, const unsigned short *Qb, long c, const char *k,
-                                long kb, float *S, __m256 scale)
+BF16DP INLINE void qk_dp_kernel(const int NK, const int MR, const int LO, long nc, const unsigned short *Qb,
+                                const unsigned short *Ql, long c, const char *k, long kb, float *S, __m256 scale)
 {
   __m256 acc[4][4], v[4], w01, w23;
   long u;
@@ -1587,6 +1592,10 @@ BF16DP INLINE void qk_dp_kernel(const int NK, const int MR, long nc, const unsig
     for (r = 0; r < MR; r++) {
       const __m256i q = _mm256_load_si256((const __m256i *)(Qb + r * c + u * 16));
       for (i = 0; i < NK; i++) acc[r][i] = _mm256_dpbf16_ps(acc[r][i], (__m256bh)q, (__m256bh)kv[i]);
+      if (LO) {
+        const __m256i ql = _mm256_load_si256((const __m256i *)(Ql + r * c + u * 16));
+        for (i = 0; i < NK; i++) acc[r][i] = _mm256_dpbf16_ps(acc[r][i], (__m256bh)ql, (__m256bh)kv[i]);
+      }
     }
   }
   for (r = 0; r < 4; r++) {
@@ -1604,9 +1613,10 @@ BF16DP INLINE void qk_dp_kernel(const int NK, const int MR, long nc, const unsig
   }
 }
 
-/* qk_direct_kv on vdpbf16ps (c a multiple of 32). */
-BF16DP static void qk_dp(long rows, long c, const unsigned short *Qb, const char *k, long kb, long kt, float *S, float scale,
-                         const char *kn, const char *vn, long vb, long n)
+/* qk_direct_kv on vdpbf16ps (c a multiple of 32); Ql: q's second bf16
+ * part, or NULL when q is a bf16 value. */
+BF16DP static void qk_dp(long rows, long c, const unsigned short *Qb, const unsigned short *Ql, const char *k, long kb,
+                         long kt, float *S, float scale, const char *kn, const char *vn, long vb, long n)
 {
   const __m256 sc = _mm256_set1_ps(scale);
   const long nc = c / 32;
@@ -1615,14 +1625,17 @@ BF16DP static void qk_dp(long rows, long c, const unsigned short *Qb, const char
     const char *kr = k + jj * kb;
     prefetch_kv(kn, kb, vn, vb, c * 2, n, jj, jj + 4);
     for (r0 = 0; r0 < rows; r0 += 4) {
-      const unsigned short *qr = Qb + r0 * c;
+      const unsigned short *qr = Qb + r0 * c, *ql = Ql ? Ql + r0 * c : NULL;
       float *sr = S + r0 * KT + jj;
+#define QKDP_RL(NK, MR)                                                          \
+  if (ql) qk_dp_kernel(NK, MR, 1, nc, qr, ql, c, kr, kb, sr, sc);                \
+  else qk_dp_kernel(NK, MR, 0, nc, qr, NULL, c, kr, kb, sr, sc);
 #define QKDP_ROWS(NK)                                                      \
   switch (rows - r0 < 4 ? rows - r0 : 4) {                                 \
-  case 4: qk_dp_kernel(NK, 4, nc, qr, c, kr, kb, sr, sc); break;           \
-  case 3: qk_dp_kernel(NK, 3, nc, qr, c, kr, kb, sr, sc); break;           \
-  case 2: qk_dp_kernel(NK, 2, nc, qr, c, kr, kb, sr, sc); break;           \
-  default: qk_dp_kernel(NK, 1, nc, qr, c, kr, kb, sr, sc); break;          \
+  case 4: QKDP_RL(NK, 4) break;                                            \
+  case 3: QKDP_RL(NK, 3) break;                                            \
+  case 2: QKDP_RL(NK, 2) break;                                            \
+  default: QKDP_RL(NK, 1) break;                                           \
   }
       switch (kt - jj < 4 ? kt - jj : 4) {
       case 4: QKDP_ROWS(4) break;
@@ -1631,6 +1644,7 @@ BF16DP static void qk_dp(long rows, long c, const unsigned short *Qb, const char
       default: QKDP_ROWS(1) break;
       }
 #undef QKDP_ROWS
+#undef QKDP_RL
     }
   }
   for (r = 0; r < rows; r++)
@@ -1696,14 +1710,28 @@ BF16DP static void pv_dp(long rows, long kt, const unsigned short *Pb, float *O,
     }
 }
 
-/* Work: O (r16 x c), M, L (r16 each), S (r16 x KT), Qb (r16 x c bf16), Pb
- * (r16 x KT bf16): within attend_work(rows, c) for rows <= 16. */
+/* q as hi + lo, both bf16: hi = bf16(q), lo = bf16(q - hi) (q - hi is
+ * exact in f32), so that hi + lo is q within 2^-16 of |q|.  Returns
+ * whether any lo is not 0. */
+BF16DP static int split_bf16(__m512 q, unsigned short *hi, unsigned short *lo)
+{
+  const __m256i h = (__m256i)_mm512_cvtneps_pbh(q);
+  const __m512 r = _mm512_sub_ps(q, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  _mm256_store_si256((__m256i *)hi, h);
+  _mm256_store_si256((__m256i *)lo, (__m256i)_mm512_cvtneps_pbh(r));
+  return _mm512_cmp_ps_mask(r, _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
+}
+
+/* Work: O (r16 x c), M, L (r16 each), S (r16 x KT), Qb and Ql (r16 x c
+ * bf16 each), Pb (r16 x KT bf16): within attend_work(rows, c) for rows
+ * <= 16. */
 BF16DP static void attend_kv_bf16dp(const attnc_tile *t, const char *k, const char *v)
 {
   const long rows = t->rows, c = t->c, r16 = round16(rows), kb = t->k_stride * 2, vb = t->v_stride * 2;
   float *O = t->work, *M = O + r16 * c, *L = M + r16, *S = L + r16;
-  unsigned short *Qb = (unsigned short *)(S + r16 * KT), *Pb = Qb + r16 * c;
+  unsigned short *Qb = (unsigned short *)(S + r16 * KT), *Ql = Qb + r16 * c, *Pb = Ql + r16 * c;
   long r, d, jmin = t->k_end, jmax = t->k_begin - 1, j0;
+  int q_lo = 0; /* some q is not a bf16 value: the q.k takes both parts */
   /* 32 dims' place in the unpacks' order: lane n of the result takes lane
    * idx[n] of (first vector, second vector) */
   const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
@@ -1713,8 +1741,8 @@ BF16DP static void attend_kv_bf16dp(const attnc_tile *t, const char *k, const ch
     const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
     long lo, hi;
     for (d = 0; d < c; d += 32) {
-      const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + d + 16), _mm512_loadu_ps(q + d));
-      _mm512_store_si512(Qb + r * c + d, (__m512i)b);
+      q_lo |= split_bf16(_mm512_loadu_ps(q + d), Qb + r * c + d, Ql + r * c + d);
+      q_lo |= split_bf16(_mm512_loadu_ps(q + d + 16), Qb + r * c + d + 16, Ql + r * c + d + 16);
       _mm512_store_ps(O + r * c + d, _mm512_setzero_ps());
       _mm512_store_ps(O + r * c + d + 16, _mm512_setzero_ps());
     }
@@ -1730,7 +1758,7 @@ BF16DP static void attend_kv_bf16dp(const attnc_tile *t, const char *k, const ch
   for (j0 = jmin; j0 <= jmax; j0 += KT) {
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, left = jmax + 1 - (j0 + DP_AHEAD * KT);
     const long n = left <= 0 ? 0 : left < KT ? left : KT;
-    qk_dp(rows, c, Qb, k + j0 * kb, kb, kt, S, t->scale, k + (j0 + DP_AHEAD * KT) * kb, v + (j0 + DP_AHEAD * KT) * vb, vb, n);
+    qk_dp(rows, c, Qb, q_lo ? Ql : NULL, k + j0 * kb, kb, kt, S, t->scale, k + (j0 + DP_AHEAD * KT) * kb, v + (j0 + DP_AHEAD * KT) * vb, vb, n);
     for (r = 0; r < rows; r++) {
       softmax_row(t, r, j0, kt, S + r * KT, M, L, O, c);
       for (d = 0; d < KT; d += 32)
@@ -1749,13 +1777,30 @@ BF16DP static void attend_kv_bf16dp(const attnc_tile *t, const char *k, const ch
   finish_rows(t, O, c, M, L, 1.0f);
 }
 
+/* whether every value of the tile's q is a bf16 value (c a multiple of 16) */
+BF16DP static int q_is_bf16(const attnc_tile *t)
+{
+  __mmask16 low = 0;
+  long r, d;
+  for (r = 0; r < t->rows; r++) {
+    const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
+    for (d = 0; d < t->c; d += 16)
+      low |= _mm512_test_epi32_mask(_mm512_castps_si512(_mm512_loadu_ps(q + d)), _mm512_set1_epi32(0xffff));
+  }
+  return low == 0;
+}
+
 /* attend_kv where the CPU has AVX512-BF16 and prims.c judged vdpbf16ps
  * worth it: a bf16 kernel's tiles (ATTNC_KV_BF16_ROUND) with c a multiple
- * of 32 take the dot products, the rest attend_kv_avx512. */
+ * of 32 take the dot products, the rest attend_kv_avx512.  A q that is
+ * not all bf16 values costs the q.k twice (split_bf16), which widening k
+ * to f32 beats on fewer than 3 rows (docs/performance.md, "A bf16
+ * decoding step's q in two parts"). */
 BF16DP void attnc_prims_attend_kv_bf16dp(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
                                          const void *v, const float *v_scale)
 {
-  if (kv_type == ATTNC_KV_BF16_ROUND && t->c % 32 == 0) attend_kv_bf16dp(t, (const char *)k, (const char *)v);
+  if (kv_type == ATTNC_KV_BF16_ROUND && t->c % 32 == 0 && (t->rows >= 3 || q_is_bf16(t)))
+    attend_kv_bf16dp(t, (const char *)k, (const char *)v);
   else attnc_prims_attend_kv_avx512(t, kv_type, k, k_scale, v, v_scale);
 }
 #else

@@ -574,6 +574,23 @@ static void int8_outlier_run(int as_int8, const float *x, float (*w)[OQ_C * OQ_C
   attnc_release(k);
 }
 
+/* got against want by one of DESIGN.md's accuracy rows (every element
+ * within a * rms + r * abs(want)): returns the worst element's share of
+ * its bound, and the NMSE in *nmse */
+static double row_worst(const float *got, const float *want, long n, double a, double r, double *nmse)
+{
+  double ms = 0, err = 0, worst = 0;
+  long i;
+  for (i = 0; i < n; i++) ms += (double)want[i] * want[i];
+  for (i = 0; i < n; i++) {
+    const double d = fabs((double)got[i] - want[i]), bound = a * sqrt(ms / n) + r * fabs(want[i]);
+    err += d * d;
+    if (!(d <= bound * worst)) worst = d / bound;
+  }
+  *nmse = err / ms;
+  return worst;
+}
+
 /* weights=int8 within DESIGN.md's int8 row where x quantised per row in
  * one level was not: an outlier channel (x 100, as LLM activations have),
  * and weights 4 times PyTorch's Linear init (a sharp softmax magnifies q's
@@ -586,7 +603,7 @@ static void test_runtime_int8_outlier_channel(void **state)
   int outlier, i, m;
   (void)state;
   for (outlier = 0; outlier < 4; outlier++) { /* 2: every value near 1e-37, too small to quantise: summed in f32 */
-    double ms = 0, err = 0, worst = 0;
+    double nmse, worst;
     for (i = 0; i < OQ_N; i++) { /* about N(0, 1): a sum of 4 uniforms */
       double u = 0;
       for (m = 0; m < 4; m++) {
@@ -603,15 +620,10 @@ static void test_runtime_int8_outlier_channel(void **state)
       }
     int8_outlier_run(0, x, w, want);
     int8_outlier_run(1, x, w, got);
-    for (i = 0; i < OQ_N; i++) ms += (double)want[i] * want[i];
-    for (i = 0; i < OQ_N; i++) {
-      const double d = fabs((double)got[i] - want[i]), bound = 0.1 * sqrt(ms / OQ_N) + 0.05 * fabs(want[i]);
-      err += d * d;
-      if (!(d <= bound * worst)) worst = d / bound;
-    }
+    worst = row_worst(got, want, OQ_N, 0.1, 0.05, &nmse);
     print_message("int8 %s: NMSE %.3g (bound 1e-3), worst element %.3g of its bound\n",
-                  outlier == 1 ? "x with an outlier channel" : outlier == 3 ? "x with a x1000 channel" : outlier ? "x near 1e-37" : "4x weights", err / ms, worst);
-    if (!(err <= 1e-3 * ms) || !(worst <= 1)) fail_msg("weights=int8 outside DESIGN.md's int8 row");
+                  outlier == 1 ? "x with an outlier channel" : outlier == 3 ? "x with a x1000 channel" : outlier ? "x near 1e-37" : "4x weights", nmse, worst);
+    if (!(nmse <= 1e-3) || !(worst <= 1)) fail_msg("weights=int8 outside DESIGN.md's int8 row");
   }
 }
 
@@ -620,7 +632,7 @@ static void test_runtime_int8_outlier_channel(void **state)
  * vdpbf16ps, q and k rounded to bf16 put it far outside DESIGN.md's bf16
  * row (docs/spec.md); the tile takes the f32 primitive instead.  Against the f32 kernel on the same bf16-rounded
  * tensors (whose own error is far inside the bf16 row). */
-enum { BS_S = 257, BS_C = 128, BS_N = BS_S * BS_C };
+enum { BS_S = 257, BS_C = 128, BS_N = BS_S * BS_C, BS_STEPS = 32 };
 static float bf16_rounded(float f)
 {
   uint32_t u;
@@ -663,15 +675,15 @@ static void bf16_sharp_run(const char *dtype, const float *x, float (*w)[BS_C * 
   attnc_release(k);
 }
 
-static void test_runtime_bf16_sharp_softmax(void **state)
+/* The inputs of the sharp-softmax tests: x about N(0, 1) with channel 3
+ * at 100 times that, weights at 4 times nn.Linear's init, all
+ * bf16-rounded. */
+static void bf16_sharp_inputs(float *x, float (*w)[BS_C * BS_C])
 {
-  static float x[BS_N], w[4][BS_C * BS_C], want[BS_N], got[BS_N];
   unsigned long long h = 2463534242ULL;
-  double ms = 0, err = 0, worst = 0;
   int m;
   long i;
-  (void)state;
-  for (i = 0; i < BS_N; i++) { /* about N(0, 1), channel 3 at 100 times that */
+  for (i = 0; i < BS_N; i++) {
     double u = 0;
     for (m = 0; m < 4; m++) {
       h ^= h << 13, h ^= h >> 7, h ^= h << 17;
@@ -684,17 +696,98 @@ static void test_runtime_bf16_sharp_softmax(void **state)
       h ^= h << 13, h ^= h >> 7, h ^= h << 17;
       w[m][i] = bf16_rounded((float)(((double)(h >> 11) / 9007199254740992.0 * 2 - 1) * 4 / sqrt((double)BS_C)));
     }
+}
+
+static void test_runtime_bf16_sharp_softmax(void **state)
+{
+  static float x[BS_N], w[4][BS_C * BS_C], want[BS_N], got[BS_N];
+  double nmse, worst;
+  (void)state;
+  bf16_sharp_inputs(x, w);
   bf16_sharp_run("f32", x, w, want);
   bf16_sharp_run("bf16", x, w, got);
-  for (i = 0; i < BS_N; i++) ms += (double)want[i] * want[i];
-  for (i = 0; i < BS_N; i++) {
-    const double d = fabs((double)got[i] - want[i]), bound = 0.03 * sqrt(ms / BS_N) + 0.03 * fabs(want[i]);
-    err += d * d;
-    if (!(d <= bound * worst)) worst = d / bound;
-  }
+  worst = row_worst(got, want, BS_N, 0.03, 0.03, &nmse);
   print_message("bf16, a sharp softmax (%s primitives): NMSE %.3g (bound 1e-4), worst element %.3g of its bound\n",
-                attnc_isa(), err / ms, worst);
-  if (!(err <= 1e-4 * ms) || !(worst <= 1)) fail_msg("dtype=bf16 outside DESIGN.md's bf16 row");
+                attnc_isa(), nmse, worst);
+  if (!(nmse <= 1e-4) || !(worst <= 1)) fail_msg("dtype=bf16 outside DESIGN.md's bf16 row");
+}
+
+static attnc_tensor tn(attnc_dtype dt, void *data, int rank, ...);
+
+/* bf16_sharp_run's layer, with one kv head (a decoding step's tile: the 4
+ * query heads), decoding over a bf16 cache: a prefill of the
+ * first BS_S - BS_STEPS rows of x, then its last BS_STEPS rows one step
+ * each, whose outs (BS_STEPS x BS_C) are written.  keys: "dtype=bf16", or "kv_dtype=bf16" (an
+ * f32 kernel, q kept f32). */
+static void bf16_decode_run(const char *keys, const float *x, float (*w)[BS_C * BS_C], float *out)
+{
+  static const char *const names[4] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
+  static uint16_t kc[BS_S * BS_C], vc[BS_S * BS_C], o16[BS_N];
+  static float o32[BS_N];
+  const int bf16 = strstr(keys, "dtype=bf16") == keys;
+  char spec[160];
+  attnc_error e;
+  attnc_kernel *k;
+  attnc_bindings *b;
+  int64_t len = 0;
+  int m, step;
+  long i;
+  snprintf(spec, sizeof spec, "gqa x=1,S,%d heads=4 kv_heads=1 qkv_bias=false out_bias=false cache=%d %s", BS_C, BS_S, keys);
+  k = attnc_compile(spec, NULL, &e);
+  if (!k) fail_msg("%s: %s", spec, e.message);
+  b = attnc_bindings_new(k);
+  for (m = 0; m < 4; m++) {
+    /* k and v: one head, the second head's rows (whose softmax is the sharper) */
+    attnc_tensor tw = t2(m == 1 || m == 2 ? BS_C / 4 : BS_C, BS_C, w[m] + (m == 1 || m == 2 ? BS_C / 4 * BS_C : 0));
+    assert_int_equal(attnc_bind(b, names[m], &tw, &e), ATTNC_OK);
+  }
+  memset(kc, 0, sizeof kc);
+  memset(vc, 0, sizeof vc);
+  {
+    attnc_tensor tk = tn(ATTNC_BF16, kc, 4, (int64_t)1, (int64_t)1, (int64_t)BS_S, (int64_t)(BS_C / 4));
+    attnc_tensor tv = tn(ATTNC_BF16, vc, 4, (int64_t)1, (int64_t)1, (int64_t)BS_S, (int64_t)(BS_C / 4));
+    assert_int_equal(attnc_bind(b, "k_cache", &tk, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b, "v_cache", &tv, &e), ATTNC_OK);
+  }
+  for (step = 0; step <= BS_STEPS; step++) {
+    const long sn = step ? 1 : BS_S - BS_STEPS;
+    attnc_tensor tx = t3(1, sn, BS_C, (void *)(x + len * BS_C)), to = t3(1, sn, BS_C, bf16 ? (void *)o16 : (void *)o32);
+    attnc_tensor tl = tn(ATTNC_I64, &len, 0);
+    if (bf16) to.dtype = ATTNC_BF16;
+    assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+    assert_int_equal(attnc_bind(b, "cache_len", &tl, &e), ATTNC_OK);
+    if (attnc_run(b, &to, &e) != ATTNC_OK) fail_msg("%s: %s", spec, e.message);
+    len += sn;
+    for (i = 0; step && i < BS_C; i++) {
+      if (bf16) {
+        const uint32_t u = (uint32_t)o16[i] << 16;
+        memcpy(&out[(step - 1) * BS_C + i], &u, sizeof out[i]);
+      } else {
+        out[(step - 1) * BS_C + i] = o32[i];
+      }
+    }
+  }
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
+/* The same layer decoding token by token over a bf16 cache: the step's
+ * attention (vdpbf16ps where the CPU has it) must not round q to bf16 as
+ * it is, a projection's f32 q being no bf16 value.  Against the f32
+ * kernel with the same bf16 cache (kv_dtype=bf16: q kept f32). */
+static void test_runtime_bf16_decode_sharp_softmax(void **state)
+{
+  static float x[BS_N], w[4][BS_C * BS_C];
+  float want[BS_STEPS * BS_C], got[BS_STEPS * BS_C];
+  double nmse, worst;
+  (void)state;
+  bf16_sharp_inputs(x, w);
+  bf16_decode_run("kv_dtype=bf16", x, w, want);
+  bf16_decode_run("dtype=bf16", x, w, got);
+  worst = row_worst(got, want, BS_STEPS * BS_C, 0.03, 0.03, &nmse);
+  print_message("bf16 decoding steps, a sharp softmax (%s primitives): NMSE %.3g (bound 1e-4), worst element %.3g of its bound\n",
+                attnc_isa(), nmse, worst);
+  if (!(nmse <= 1e-4) || !(worst <= 1)) fail_msg("dtype=bf16 decoding steps outside DESIGN.md's bf16 row");
 }
 
 /* One core-mode head (c = 8) with ALiBi: q (nq rows), k and v (nk rows)
@@ -896,7 +989,6 @@ static void test_runtime_positions(void **state)
   attnc_release(k);
 }
 
-static attnc_tensor tn(attnc_dtype dt, void *data, int rank, ...);
 
 /* A batch axis of size 1 takes only 1: the message names that one value
  * (not "1 or 1"), for positions as for the mask. */
@@ -1868,6 +1960,7 @@ int main(void)
     cmocka_unit_test(test_runtime_int8_by_head_same_bits),
     cmocka_unit_test(test_runtime_int8_outlier_channel),
     cmocka_unit_test(test_runtime_bf16_sharp_softmax),
+    cmocka_unit_test(test_runtime_bf16_decode_sharp_softmax),
     cmocka_unit_test(test_runtime_lse_output),
     cmocka_unit_test(test_runtime_positions),
     cmocka_unit_test(test_runtime_alibi_far_positions),
