@@ -9,6 +9,14 @@
  *         values of C floats whose rows are STRIDE floats apart (C: one
  *         contiguous block per head; H*C: heads side by side, as in a
  *         caller's (..., H*C) k and v)
+ *     build/prims_bench attend_kv ROWS C NK [REPS]
+ *         a decoding step's tile: ROWS query heads of one kv head (GQA)
+ *         against NK keys and values stored as bf16, through the table's
+ *         attend_kv, three ways, their repetitions alternated: a bf16
+ *         kernel's (ATTNC_KV_BF16_ROUND) with q all bf16 values (core mode
+ *         without rope), the same with an f32 q (a projection's or a
+ *         rotation's), and an f32 kernel's (ATTNC_KV_BF16: k and v
+ *         widened to f32)
  *
  * Prints one JSON line: the ISA (ATTNC_ISA caps it, as for the library),
  * the best and the median of REPS timed repetitions (default 20, after
@@ -80,7 +88,8 @@ static void report(const char *what, const double *t, int reps, double flops)
 static void usage(void)
 {
   fprintf(stderr, "usage: prims_bench linear ROWS N_IN N_OUT [REPS]\n"
-                  "       prims_bench attend ROWS C NK STRIDE [REPS]\n");
+                  "       prims_bench attend ROWS C NK STRIDE [REPS]\n"
+                  "       prims_bench attend_kv ROWS C NK [REPS]\n");
   exit(2);
 }
 
@@ -145,6 +154,47 @@ int main(int argc, char **argv)
     snprintf(what, sizeof what, "attend rows=%ld c=%ld nk=%ld stride=%ld", rows, c, nk, stride);
     report(what, t, reps, 4.0 * nk * nk * c);
     free(q), free(k), free(v), free(o), free(work);
+  } else if (strcmp(argv[1], "attend_kv") == 0) {
+    static const char *const how[3] = { "bf16 kernel, q bf16", "bf16 kernel, q f32", "f32 kernel" };
+    static double tk[3][1000];
+    long rows, c, nk, n;
+    float *q, *qb, *o, *work, *f;
+    unsigned short *k, *v;
+    int w;
+    if (argc != 5 && argc != 6) usage();
+    rows = arg(argv[2], "ROWS"), c = arg(argv[3], "C"), nk = arg(argv[4], "NK");
+    reps = argc == 6 ? (int)arg(argv[5], "REPS") : 20;
+    if (reps > 1000) reps = 1000;
+    q = alloc_floats(rows * c), qb = alloc_floats(rows * c), o = alloc_floats(rows * c);
+    work = alloc_floats(P->attend_work(rows, c)), f = alloc_floats(nk * c);
+    k = (unsigned short *)alloc_floats((nk * c + 1) / 2), v = (unsigned short *)alloc_floats((nk * c + 1) / 2);
+    fill(q, rows * c, 3);
+    memcpy(qb, q, sizeof(float) * (size_t)(rows * c));
+    attnc_prims_narrow16_generic(0, q, (unsigned short *)o, rows * c); /* qb: q rounded to bf16 */
+    attnc_prims_widen16_generic(0, (unsigned short *)o, qb, rows * c);
+    for (n = 0; n < 2; n++) {
+      fill(f, nk * c, 4 + (unsigned)n);
+      attnc_prims_narrow16_generic(0, f, n ? v : k, nk * c);
+    }
+    for (r = -1; r < reps; r++) /* r = -1: the warm-up */
+      for (w = 0; w < 3; w++) {
+        attnc_tile tile;
+        double a;
+        memset(&tile, 0, sizeof tile);
+        tile.q = w == 0 ? qb : q, tile.q_stride = rows * c, tile.q_hstride = c, tile.q_group = rows;
+        tile.k_stride = c, tile.v_stride = c;
+        tile.o = o, tile.o_stride = rows * c, tile.o_hstride = c;
+        tile.rows = rows, tile.i0 = 0, tile.c = c;
+        tile.nk = nk, tile.k_begin = 0, tile.k_end = nk, tile.scale = 0.125f, tile.work = work;
+        a = now();
+        P->attend_kv(&tile, w < 2 ? ATTNC_KV_BF16_ROUND : ATTNC_KV_BF16, k, NULL, v, NULL);
+        if (r >= 0) tk[w][r] = now() - a;
+      }
+    for (w = 0; w < 3; w++) {
+      snprintf(what, sizeof what, "attend_kv rows=%ld c=%ld nk=%ld, %s", rows, c, nk, how[w]);
+      report(what, tk[w], reps, 4.0 * rows * nk * c);
+    }
+    free(q), free(qb), free(o), free(work), free(f), free(k), free(v);
   } else {
     usage();
   }
