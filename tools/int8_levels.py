@@ -10,11 +10,12 @@ runtime/prims_vnni.c does it: one level, s1 = max|x| / 127; two, the
 remainder again at s2 = s1 / 254; three, the remainder of that at s3 =
 s2 / 254 (what the kernel does); or "a", three for a row whose max|x| is
 over 8 times its rms and two otherwise (tried and dropped: a row of 64
-values cannot read over 8, however large its outliers).  It prints the
+values cannot read over 8, however large its outliers); or "b", each
+value rounded to bf16 (what AMX's tiles would take; not used).  It prints the
 worst NMSE and worst element of a few seeds, each as a fraction of its
 bound (above 1: out of bounds), for levels (q, k, v, out) of 1
 everywhere, 2 for q and k only, 2 everywhere, "a" everywhere, 3 for q
-and k with 2 for v and out, and 3 everywhere.
+and k with 2 for v and out, 3 everywhere, and bf16 everywhere.
 
     /usr/bin/python3 tools/int8_levels.py [SEEDS]
 
@@ -31,7 +32,15 @@ def int8_weight(w):
     return np.round(w / s) * s
 
 
+def bf16(x):
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
 def rows_rounded(x, levels):
+    if levels == "b":
+        return bf16(x)
     amax = np.abs(x).max(-1, keepdims=True)
     s1 = np.where(amax > 0, amax / 127, 1)
     q = np.round(x / s1) * s1
@@ -94,7 +103,7 @@ def main():
     for kind in ["gaussian", "uniform", "student t3", "outlier x100", "2 ch x1000", "8 ch x100, 64 wide"]:
         for wmul in [1, 4]:
             for causal in [False, True]:
-                for levels in [(1, 1, 1, 1), (2, 2, 1, 1), (2, 2, 2, 2), ("a",) * 4, (3, 3, 2, 2), (3, 3, 3, 3)]:
+                for levels in [(1, 1, 1, 1), (2, 2, 1, 1), (2, 2, 2, 2), ("a",) * 4, (3, 3, 2, 2), (3, 3, 3, 3), ("b",) * 4]:
                     e = 64 if "64 wide" in kind else 512
                     got = [case(sd, kind, wmul, causal, levels, e=e) for sd in range(seeds)]
                     print("%-13s %-5s %-7s %-13s %9.3g %9.3g" % (kind, "%dx" % wmul, causal and "causal" or "none",
