@@ -548,28 +548,28 @@ static void choose(void)
     table.widen16 = attnc_prims_widen16_avx512;
     table.narrow16 = attnc_prims_narrow16_avx512;
 #ifndef ATTNC_AVX512_EMU
-    /* AMX-BF16 where the CPU has it (ATTNC_ISA=avx512 leaves it out);
-     * else the dot-product instructions where the CPU has them: vdpbf16ps
-     * (AVX512-BF16) and vpdpbusd (AVX512-VNNI).  ATTNC_ISA=avx512 leaves
-     * them out too; ATTNC_ISA=avx512dp takes them over AMX, to test them */
+    /* bf16: AMX-BF16 where the CPU has it (ATTNC_ISA=avx512 leaves it
+     * out), else vdpbf16ps (AVX512-BF16); int8: vpdpbusd (AVX512-VNNI).
+     * ATTNC_ISA=avx512 leaves the dot products out too; ATTNC_ISA=avx512dp
+     * takes vdpbf16ps over AMX, to test it */
     const int plain512 = force && strcmp(force, "avx512") == 0, dp_forced = force && strcmp(force, "avx512dp") == 0;
     if (!plain512 && !dp_forced && attnc_prims_amx_ready()) {
       table.linear_bf16 = attnc_prims_linear_bf16_amx;
-      table.linear_q8 = attnc_prims_linear_q8_amx;
-    } else if (!plain512) {
-      if (attnc_prims_bf16_ready()) {
-        table.linear_bf16 = attnc_prims_linear_bf16_dp;
-        bf16_dp = 1;
-      }
-      if (attnc_prims_vnni_ready()) {
-        table.linear_q8 = attnc_prims_linear_q8_vnni;
-        table.linear_heads_q8 = attnc_prims_linear_heads_q8_vnni;
-        table.q8_by_rows = 1;
-        table.pack_q8 = attnc_prims_pack_q8_vnni;
-        table.q8_row_bytes = attnc_prims_q8_row_bytes_vnni;
-        table.q8_quantise = attnc_prims_q8_quantise_vnni;
-        table.linear_heads_q8_xq = attnc_prims_linear_heads_q8_xq_vnni;
-      }
+    } else if (!plain512 && attnc_prims_bf16_ready()) {
+      table.linear_bf16 = attnc_prims_linear_bf16_dp;
+      bf16_dp = 1;
+    }
+    /* int8 weights meet x in three int8 levels on VNNI, AMX parts
+     * included: their tiles would take x in bf16, each value to 2^-9,
+     * which a sharp softmax magnifies past the int8 row (docs/spec.md) */
+    if (!plain512 && attnc_prims_vnni_ready()) {
+      table.linear_q8 = attnc_prims_linear_q8_vnni;
+      table.linear_heads_q8 = attnc_prims_linear_heads_q8_vnni;
+      table.q8_by_rows = 1;
+      table.pack_q8 = attnc_prims_pack_q8_vnni;
+      table.q8_row_bytes = attnc_prims_q8_row_bytes_vnni;
+      table.q8_quantise = attnc_prims_q8_quantise_vnni;
+      table.linear_heads_q8_xq = attnc_prims_linear_heads_q8_xq_vnni;
     }
 #endif
     table.attend = attnc_prims_attend_avx512;

@@ -206,8 +206,6 @@ void attnc_prims_linear_heads_q8_xq_vnni(const void *xq, long xq_stride, const f
 /* linear_heads_q8 quantising each row of x once for all its heads */
 void attnc_prims_linear_heads_q8_vnni(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                       const float *b, float *y, long y_stride, long col0, long head_w, long head_stride);
-void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
-                               const float *b, float *y, long y_stride);
 void attnc_prims_linear_bf16_avx2(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                   const float *b, float *y, long y_stride);
 void attnc_prims_widen16_avx512(int f16, const void *src, float *dst, long n);

@@ -164,60 +164,6 @@ AMX void attnc_prims_linear_bf16_amx(const float *x, long rows, long x_stride, l
   free(xb);
 }
 
-/* linear_q8 on the tiles: int8 weights are exact in bf16, so each panel
- * is turned into bf16 B tiles (q as it is, the scales applied to the
- * sums), and x is rounded to bf16, which the int8 accuracy bound (DESIGN
- * says the kernel chooses how activations meet int8 weights) leaves far
- * room for: bf16 keeps each value to 2^-9, with no scale shared along a
- * row to be stretched by an outlier.  All rows are rounded first, then
- * each panel is converted once and meets every 32-row block. */
-AMX void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
-                                   const float *b, float *y, long y_stride)
-{
-  const long k32 = (n_in + 31) / 32 * 32, panels = (n_out + NR - 1) / NR, nblk = (rows + 31) / 32;
-  float cb[32 * 32] __attribute__((aligned(64)));
-  unsigned short *xb = NULL, *wb = NULL;
-  long r0, p, kk;
-  if (rows < 16 || posix_memalign((void **)&xb, 64, sizeof(unsigned short) * 32 * (size_t)(nblk * k32)) != 0) {
-    attnc_prims_linear_q8_avx512(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
-    return;
-  }
-  if (posix_memalign((void **)&wb, 64, sizeof(unsigned short) * 32 * (size_t)k32) != 0) {
-    free(xb);
-    attnc_prims_linear_q8_avx512(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
-    return;
-  }
-  for (r0 = 0; r0 < rows; r0 += 32)
-    rows_to_bf16(x + r0 * x_stride, rows - r0 < 32 ? rows - r0 : 32, x_stride, n_in, k32, xb + r0 * k32);
-  load_tiles();
-  for (p = 0; p < panels; p++) {
-    const unsigned char *panel = (const unsigned char *)packed + p * ATTNC_Q8_PANEL(n_in);
-    const signed char *wq = (const signed char *)(panel + NR * sizeof(float));
-    /* the panel as B tiles: pair kk, output n holds bf16(q[n][2kk]) and
-     * bf16(q[n][2kk + 1]) in one 32-bit lane (zero past n_in) */
-    for (kk = 0; kk < k32 / 2; kk++) {
-      int h;
-      for (h = 0; h < 2; h++) {
-        __m512i e = _mm512_setzero_si512(), o = _mm512_setzero_si512();
-        if (2 * kk < n_in)
-          e = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wq + 2 * kk * NR + h * 16)))));
-        if (2 * kk + 1 < n_in)
-          o = _mm512_castps_si512(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wq + (2 * kk + 1) * NR + h * 16)))));
-        _mm512_store_si512(wb + kk * 64 + h * 32, _mm512_or_si512(_mm512_srli_epi32(e, 16), _mm512_and_si512(o, _mm512_set1_epi32((int)0xffff0000u))));
-      }
-    }
-    for (r0 = 0; r0 < rows; r0 += 32) {
-      const long mr = rows - r0 < 32 ? rows - r0 : 32;
-      panel_block(xb + r0 * k32, k32, (const unsigned char *)wb, mr, cb);
-      panel_out(cb, mr, n_out - p * NR < NR ? n_out - p * NR : NR, (const float *)panel, b ? b + p * NR : NULL,
-                y + r0 * y_stride + p * NR, y_stride);
-    }
-  }
-  _tile_release();
-  free(wb);
-  free(xb);
-}
-
 enum { KC = 128 }; /* keys of k and v converted at a time by attend_cols16 */
 
 /* S^T (32 keys by 16 rows, f32) = the 32 keys' rows of k (bf16, c apart)
@@ -617,11 +563,6 @@ AMX void attnc_prims_attend_bf16_amx(const attnc_tile *t)
 
 #else
 int attnc_prims_amx_ready(void) { return 0; }
-void attnc_prims_linear_q8_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
-                               const float *b, float *y, long y_stride)
-{
-  attnc_prims_linear_q8_generic(x, rows, x_stride, n_in, packed, n_out, b, y, y_stride);
-}
 void attnc_prims_attend_bf16_amx(const attnc_tile *t) { attnc_prims_attend_generic(t); }
 void attnc_prims_linear_bf16_amx(const float *x, long rows, long x_stride, long n_in, const void *packed, long n_out,
                                  const float *b, float *y, long y_stride)

@@ -1,4 +1,4 @@
-/* AVX512-VNNI without AMX: linear_q8 (int8 weights) on vpdpbusd, which
+/* AVX512-VNNI (AMX parts too): linear_q8 (int8 weights) on vpdpbusd, which
  * sums four u8 x s8 products into each i32 lane: four times the lanes of
  * an f32 FMA per instruction.  Each row of x is quantised on the fly in
  * three levels: s1 = max|x| / 127, q1 = round(x / s1) in -127..127

@@ -287,9 +287,6 @@ static void test_prims_linear_q8(void **state)
   else printf("SKIP avx512 linear_q8: this CPU has no AVX-512 (generic checked)\n");
   if (have_avx2()) fails += !check_linear_q8("avx2", attnc_prims_linear_q8_avx2, attnc_prims_pack_q8, 1e-6, 0);
   else printf("SKIP avx2 linear_q8: this CPU has no AVX2 and FMA (generic checked)\n");
-  /* AMX rounds x to bf16 (2^-9 of each value) for 16 rows or more */
-  if (have_avx512() && attnc_prims_amx_ready()) fails += !check_linear_q8("amx", attnc_prims_linear_q8_amx, attnc_prims_pack_q8, 1.0 / 256, 0);
-  else printf("SKIP amx linear_q8: this CPU or kernel gives no AMX-BF16 tiles (the other paths checked)\n");
   /* VNNI quantises x per row (every row when its pack regrouped the weights) */
   if (attnc_prims_vnni_ready()) fails += !check_linear_q8("vnni", attnc_prims_linear_q8_vnni, attnc_prims_pack_q8_vnni, 1e-6, 1);
   else printf("SKIP vnni linear_q8: this CPU has no AVX512-VNNI (the other paths checked)\n");
