@@ -290,6 +290,11 @@ static void test_prims_linear_q8(void **state)
   /* VNNI quantises x per row (every row when its pack regrouped the weights) */
   if (attnc_prims_vnni_ready()) fails += !check_linear_q8("vnni", attnc_prims_linear_q8_vnni, attnc_prims_pack_q8_vnni, 1e-6, 1);
   else printf("SKIP vnni linear_q8: this CPU has no AVX512-VNNI (the other paths checked)\n");
+  /* and the table takes it wherever the CPU has it, AMX parts included
+   * (whose tiles would round x to bf16: docs/spec.md); not under the C
+   * model of check-avx512-emu, nor with ATTNC_ISA set */
+  if (attnc_prims_vnni_ready() && !getenv("ATTNC_ISA") && !getenv("ATTNC_TEST_MODEL"))
+    assert_true(P->linear_q8 == attnc_prims_linear_q8_vnni);
   for (int wide = 0; wide < 2; wide++) {
     /* a NaN and an infinity in x (which VNNI cannot quantise): their rows'
      * outputs are not finite, the other rows' are; n_in 64 and 66, which
