@@ -1724,8 +1724,11 @@ BF16DP static int split_bf16(__m512 q, unsigned short *hi, unsigned short *lo)
 
 /* Work: O (r16 x c), M, L (r16 each), S (r16 x KT), Qb and Ql (r16 x c
  * bf16 each), Pb (r16 x KT bf16): within attend_work(rows, c) for rows
- * <= 16. */
-BF16DP static void attend_kv_bf16dp(const attnc_tile *t, const char *k, const char *v)
+ * <= 16.  Returns 0, having written nothing but work, for a tile of
+ * fewer than 3 rows whose q takes two parts: widening k to f32 beats
+ * the q.k twice there (docs/performance.md, "A bf16 decoding step's q in
+ * two parts"). */
+BF16DP static int attend_kv_bf16dp(const attnc_tile *t, const char *k, const char *v)
 {
   const long rows = t->rows, c = t->c, r16 = round16(rows), kb = t->k_stride * 2, vb = t->v_stride * 2;
   float *O = t->work, *M = O + r16 * c, *L = M + r16, *S = L + r16;
@@ -1754,6 +1757,7 @@ BF16DP static void attend_kv_bf16dp(const attnc_tile *t, const char *k, const ch
       if (hi > jmax) jmax = hi;
     }
   }
+  if (q_lo && rows < 3) return 0;
 
   for (j0 = jmin; j0 <= jmax; j0 += KT) {
     const long kt = jmax - j0 + 1 < KT ? jmax - j0 + 1 : KT, left = jmax + 1 - (j0 + DP_AHEAD * KT);
@@ -1775,33 +1779,18 @@ BF16DP static void attend_kv_bf16dp(const attnc_tile *t, const char *k, const ch
       _mm512_store_ps(O + r * c + d + 16, _mm512_permutex2var_ps(a, hi_idx, b));
     }
   finish_rows(t, O, c, M, L, 1.0f);
-}
-
-/* whether every value of the tile's q is a bf16 value (c a multiple of 16) */
-BF16DP static int q_is_bf16(const attnc_tile *t)
-{
-  __mmask16 low = 0;
-  long r, d;
-  for (r = 0; r < t->rows; r++) {
-    const float *q = t->q + (r / t->q_group) * t->q_stride + (r % t->q_group) * t->q_hstride;
-    for (d = 0; d < t->c; d += 16)
-      low |= _mm512_test_epi32_mask(_mm512_castps_si512(_mm512_loadu_ps(q + d)), _mm512_set1_epi32(0xffff));
-  }
-  return low == 0;
+  return 1;
 }
 
 /* attend_kv where the CPU has AVX512-BF16 and prims.c judged vdpbf16ps
  * worth it: a bf16 kernel's tiles (ATTNC_KV_BF16_ROUND) with c a multiple
- * of 32 take the dot products, the rest attend_kv_avx512.  A q that is
- * not all bf16 values costs the q.k twice (split_bf16), which widening k
- * to f32 beats on fewer than 3 rows (docs/performance.md, "A bf16
- * decoding step's q in two parts"). */
+ * of 32 take the dot products (unless they decline: see there), the rest
+ * attend_kv_avx512. */
 BF16DP void attnc_prims_attend_kv_bf16dp(const attnc_tile *t, int kv_type, const void *k, const float *k_scale,
                                          const void *v, const float *v_scale)
 {
-  if (kv_type == ATTNC_KV_BF16_ROUND && t->c % 32 == 0 && (t->rows >= 3 || q_is_bf16(t)))
-    attend_kv_bf16dp(t, (const char *)k, (const char *)v);
-  else attnc_prims_attend_kv_avx512(t, kv_type, k, k_scale, v, v_scale);
+  if (!(kv_type == ATTNC_KV_BF16_ROUND && t->c % 32 == 0 && attend_kv_bf16dp(t, (const char *)k, (const char *)v)))
+    attnc_prims_attend_kv_avx512(t, kv_type, k, k_scale, v, v_scale);
 }
 #else
 /* make check-avx512-emu: the C model has no vdpbf16ps, and prims.c never

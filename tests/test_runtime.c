@@ -715,14 +715,14 @@ static void test_runtime_bf16_sharp_softmax(void **state)
 static attnc_tensor tn(attnc_dtype dt, void *data, int rank, ...);
 
 /* bf16_sharp_run's layer, with one kv head (a decoding step's tile: the 4
- * query heads), decoding over a bf16 cache: a prefill of the
- * first BS_S - BS_STEPS rows of x, then its last BS_STEPS rows one step
- * each, whose outs (BS_STEPS x BS_C) are written.  keys: "dtype=bf16", or "kv_dtype=bf16" (an
- * f32 kernel, q kept f32). */
+ * query heads), decoding over a bf16 cache: a prefill of the first BS_S -
+ * BS_STEPS rows of x, then its last BS_STEPS rows one step each, whose
+ * outs (BS_STEPS x BS_C) are written.  keys: "dtype=bf16", or
+ * "kv_dtype=bf16" (an f32 kernel, q kept f32). */
 static void bf16_decode_run(const char *keys, const float *x, float (*w)[BS_C * BS_C], float *out)
 {
   static const char *const names[4] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
-  static uint16_t kc[BS_S * BS_C], vc[BS_S * BS_C], o16[BS_N];
+  static uint16_t kc[BS_S * BS_C / 4], vc[BS_S * BS_C / 4], o16[BS_N]; /* the caches: one head of BS_C / 4 */
   static float o32[BS_N];
   const int bf16 = strstr(keys, "dtype=bf16") == keys;
   char spec[160];
