@@ -149,12 +149,13 @@ static const char *help_for(const char *cmd)
            "  --plain             run the plain form (one thread, one function per step)\n"
            "  --seed N            the dropout seed (0 .. 2^64-1, default 0) of a spec with\n"
            "                      train dropout=P: the same seed drops the same probabilities\n"
-           "                      on every backend, form and thread count\n"
+           "                      on every backend, form and thread count (other specs ignore it)\n"
            "  --quiet             print nothing on success (else one line on stderr: kernel,\n"
            "                      dims, outputs, milliseconds)\n"
-           "  --allow-unused      ignore inputs the spec does not read (kv, mask, bias, ...):\n"
-           "                      without it they are an error, since the result would\n"
-           "                      silently differ from the model's\n"
+           "  --allow-unused      no warning for inputs the spec does not read (kv, mask,\n"
+           "                      bias, ...): like every tensor the spec does not use they\n"
+           "                      are ignored, and without it each gets a warning, since\n"
+           "                      the result may differ from the model's\n"
            "  --save-attn FILE    write the attention weights (batch axes..., H, Sq, Sk) as the\n"
            "                      tensor `attn` (the kernel's own: weights_out)\n"
            "  --heatmap FILE.svg  draw them, one panel per head of one batch element, as a\n"
@@ -207,8 +208,8 @@ static const char *help_for(const char *cmd)
            "`lse`, `attn` when the spec asks for them) and, for every differentiable tensor it\n"
            "bound (x, kv, q, k, v, bias, sinks, each weight and projection bias; not the mask,\n"
            "positions or rope_freqs), `grad.NAME`, NAME exactly as read (prefix included):\n"
-           "the tensor's shape (in_proj_weight whole), in the kernel's dtype (F32, or F64 with\n"
-           "dtype=f64), whatever dtype the tensor had.\n"
+           "the tensor's shape (in_proj_weight whole), in the kernel's dtype (F32; F64, BF16 or\n"
+           "F16 with dtype=f64, bf16 or f16), whatever dtype the tensor had.\n"
            "  --tensors FILE      a safetensors file of weights and/or inputs; repeat for more files\n"
            "  --dout FILE         a safetensors file holding the tensor `dout`\n"
            "  --out FILE          the safetensors file to write (replaced atomically)\n"
@@ -221,7 +222,7 @@ static const char *help_for(const char *cmd)
            "                      are the same bits for any count\n"
            "  --plain             the plain form\n"
            "  --quiet             print nothing on success\n"
-           "  --allow-unused      ignore inputs the spec does not read, as run does\n";
+           "  --allow-unused      no warning for inputs the spec does not read, as run\n";
   if (strcmp(cmd, "quantize") == 0)
     return "usage: attnc quantize --tensors FILE... --out FILE [--prefix P]\n"
            "Writes every projection weight it recognises (a 2-D float tensor whose name ends with\n"
@@ -724,8 +725,10 @@ static void prefixes_present(attnc_safetensors **files, int nfiles, const char *
 }
 
 /* Bind --dim, --threads and every --tensors file to b. 0, or 1 (printed).
- * An input the spec does not read is an error (unless --allow-unused),
- * and so is a --prefix that no tensor starts with. */
+ * Tensors the spec does not use are ignored (DESIGN.md), but an input it
+ * does not read gets a warning (unless --allow-unused), since the result
+ * may differ from the model's; a --prefix that no tensor starts with is
+ * an error. */
 static int bind_inputs(struct cli *c, attnc_bindings *b, attnc_safetensors **files)
 {
   attnc_error e;
@@ -754,10 +757,9 @@ static int bind_inputs(struct cli *c, attnc_bindings *b, attnc_safetensors **fil
         const char *key = plen && strncmp(name, c->prefix, plen) == 0 ? name + plen : name; /* inputs bind with or without it */
         const int slot = attnc_bindings_lookup_name(key);
         if (slot >= 0 && !attnc_slot_is_weight(slot) && !g->used[slot]) {
-          fprintf(stderr, "attnc: error: %s holds the input '%s', which this spec does not read (%s would): the result would "
-                          "silently differ from the model's; fix the spec, or pass --allow-unused to ignore it\n",
+          fprintf(stderr, "attnc: warning: %s holds the input '%s', which this spec does not read (%s would): it is "
+                          "ignored, and the result may differ from the model's (--allow-unused silences this)\n",
                   c->files[i], name, key_reading(key) ? key_reading(key) : "another spec");
-          return 1;
         }
       }
   }
@@ -891,20 +893,13 @@ done:
 static double now_ms(void);
 
 /* --seed: the dropout seed of a train spec (DESIGN.md: "--seed sets the
- * dropout seed of a train spec"; grad, which implies train, lists
- * [--seed N] for every spec).  A train spec without dropout takes it and
- * drops nothing, as the C API's attnc_bindings_set_seed and Python's
- * seed= do; a spec without train, which has no dropout to seed, is an
- * error.  0, or 1 (printed). */
+ * dropout seed of a train spec"; run and grad list [--seed N] for every
+ * spec).  A spec without dropout takes it and drops nothing, as Python's
+ * seed= does.  0, or 1 (printed). */
 static int set_seed(struct cli *c, attnc_bindings *b)
 {
   attnc_error e;
-  if (!c->seed_given) return 0;
-  if (!b->k->gen.train) {
-    fprintf(stderr, "attnc: error: --seed is the dropout seed, and this spec drops nothing (it has no dropout=P, nor train): "
-                    "drop --seed, or add train dropout=P to the spec\n");
-    return 1;
-  }
+  if (!c->seed_given || !b->k->gen.train) return 0; /* no dropout: nothing to seed */
   if (attnc_bindings_set_seed(b, (uint64_t)c->dropout_seed, &e) != ATTNC_OK) { print_error(&e); return 1; }
   return 0;
 }

@@ -114,6 +114,11 @@ void attnc_bindings_free(attnc_bindings *b);
  * k_cache, v_cache, cache_len, k_cache_scale, v_cache_scale) or a weight
  * under any naming scheme (linear_q.weight, q_proj.weight, in_proj_weight, ...). */
 attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err);
+/* Whether kernel k reads a tensor bound as `name`: 1 it does, 0 attnc knows
+ * the name but this kernel does not read it (a mask without mask=key, a
+ * gate weight without gated), -1 the name is none attnc knows.  For
+ * callers that, like attnc_bind_safetensors, pass over what a spec does not use. */
+int attnc_uses(const attnc_kernel *k, const char *name);
 /* Bind every tensor of a safetensors file whose name (after prefix) the kernel uses;
  * others are ignored.  *nbound (may be NULL) gets the count. */
 attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *f,

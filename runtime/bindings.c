@@ -116,8 +116,7 @@ void attnc_bindings_free(attnc_bindings *b)
   free(b->grad_stacked[1]);
   free(b->dout_conv);
   free(b->grad_work);
-  free(b->cache_copy[0]);
-  free(b->cache_copy[1]);
+  for (i = 0; i < 4; i++) free(b->cache_copy[i]);
   free(b->pos[0]);
   free(b->pos[1]);
   free(b->cache_len);
@@ -317,6 +316,19 @@ static attnc_status bind_named(attnc_bindings *b, const char *name, const attnc_
   return ATTNC_OK;
 }
 
+int attnc_uses(const attnc_kernel *k, const char *name)
+{
+  const attnc_gen *g;
+  int slot;
+  if (!k || !name) return -1;
+  g = &k->gen;
+  slot = attnc_bindings_lookup_name(name);
+  if (slot == -1) return -1;
+  if (slot <= -2) /* in_proj_weight, in_proj_bias, in_proj_weight_scale: as bind_named takes them */
+    return !(g->core || (!g->qkv_bias && slot == -3) || (g->wdtype != ATTNC_I8 && slot == -4));
+  return g->used[slot] ? 1 : 0;
+}
+
 attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err)
 {
   attnc_err_clear(err);
@@ -329,30 +341,33 @@ attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor 
 }
 
 /* A k_cache or v_cache read from a file in another float dtype than the
- * kernel stores (a bf16 file for an f32 cache, say): a file must never be
- * refused for its float dtype, and the kernel writes the cache in place,
- * so it gets a converted copy the bindings own (attnc_bindings_slot gives
- * it, updated, after a run); *t is pointed at it.  An int8 cache, or an
- * int8 file, must match: their scales cannot be made up. */
+ * kernel stores (a bf16 file for an f32 cache, say), or an int8 cache's
+ * scales in another float dtype than F32: a file must never be refused
+ * for its float dtype, and the kernel writes the cache in place, so it
+ * gets a converted copy the bindings own (attnc_bindings_slot gives it,
+ * updated, after a run); *t is pointed at it.  An int8 cache, or an int8
+ * file, must match: their scales cannot be made up. */
 static attnc_status cache_from_file(attnc_bindings *b, int slot, attnc_tensor *t, attnc_error *err)
 {
   const attnc_gen *g = &b->k->gen;
-  const int c = slot == ATTNC_SLOT_K_CACHE ? 0 : slot == ATTNC_SLOT_V_CACHE ? 1 : -1;
+  const int c = slot == ATTNC_SLOT_K_CACHE ? 0 : slot == ATTNC_SLOT_V_CACHE ? 1 : slot == ATTNC_SLOT_K_CACHE_SCALE ? 2
+              : slot == ATTNC_SLOT_V_CACHE_SCALE ? 3 : -1;
+  const attnc_dtype want = c >= 2 ? ATTNC_F32 : g->kv_dtype;
   double n;
   void *mem;
-  if (c < 0 || !g->has_cache || t->dtype == g->kv_dtype || g->kv_dtype == ATTNC_I8 || !attnc_convert_takes(t->dtype) ||
-      t->rank < 0 || t->rank > ATTNC_MAX_RANK)
+  if (c < 0 || !g->has_cache || t->dtype == want || want == ATTNC_I8 || (c >= 2 && g->kv_dtype != ATTNC_I8) ||
+      !attnc_convert_takes(t->dtype) || t->rank < 0 || t->rank > ATTNC_MAX_RANK)
     return ATTNC_OK; /* as it is: attnc_bind's checks speak */
   n = elems_of(t->shape, t->rank);
   if (!(n >= 0 && n <= MAX_ELEMS)) return ATTNC_OK; /* a bad shape: refused by bind_named's checks */
-  mem = malloc((size_t)n * attnc_dtype_size(g->kv_dtype) + 1);
+  mem = malloc((size_t)n * attnc_dtype_size(want) + 1);
   if (!mem) return attnc_err_set(err, ATTNC_ENOMEM, "out of memory converting '%s' to %s", attnc_slot_name(slot),
-                                 attnc_dtype_name(g->kv_dtype));
-  attnc_convert(t->data, t->dtype, mem, g->kv_dtype, (size_t)n);
+                                 attnc_dtype_name(want));
+  attnc_convert(t->data, t->dtype, mem, want, (size_t)n);
   free(b->cache_copy[c]);
   b->cache_copy[c] = mem;
   t->data = mem;
-  t->dtype = g->kv_dtype;
+  t->dtype = want;
   return ATTNC_OK;
 }
 

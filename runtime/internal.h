@@ -164,7 +164,7 @@ struct attnc_bindings {
   void *conv[ATTNC_SLOT_COUNT];          /* tensors bound in another dtype, in the kernel's */
   size_t conv_n[ATTNC_SLOT_COUNT];       /* elements conv[] holds room for */
   const void *conv_from[ATTNC_SLOT_COUNT]; /* the weight data conv[] was made from */
-  void *cache_copy[2];                   /* k_cache, v_cache read from a file in another float dtype, in kv_dtype */
+  void *cache_copy[4];                   /* k_cache, v_cache (and their int8 scales) read from a file in another float dtype, in kv_dtype (F32) */
   void *scratch;
   long scratch_bytes;
   int threads;

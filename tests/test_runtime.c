@@ -1514,6 +1514,68 @@ static void test_runtime_cache_run_writes_new_rows_only(void **state)
   cache_case_free(&c);
 }
 
+/* An int8 cache's scales read from a file as BF16 (a file is never
+ * refused for its float dtype): converted to the F32 the kernel writes in
+ * place, and the run is the one with F32 scales, bit for bit, its new
+ * row's scales written into the converted copy. */
+static void test_runtime_cache_scales_from_a_bf16_file(void **state)
+{
+  static const char *const names[9] = { "x", "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                                        "k_cache", "v_cache", "k_cache_scale", "v_cache_scale" };
+  static float x[8], w[64], sc32[8], outs[2][8];
+  static uint16_t sc16[8];
+  static signed char kc[32], vc[32];
+  char dir[] = "/tmp/attnc-rt-XXXXXX", path[256];
+  attnc_error e;
+  attnc_kernel *k;
+  int form, i;
+  int64_t len = 2;
+  (void)state;
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/c.safetensors", dir);
+  for (i = 0; i < 8; i++) { /* the scales 0.25, 0.5, 1, ..., 32: sc16 holds them as bf16, sc32 as f32 */
+    const uint32_t u = (uint32_t)(0x3E80 + 0x80 * i) << 16;
+    x[i] = (float)(i % 3) - 1.0f;
+    sc16[i] = (uint16_t)(u >> 16);
+    memcpy(&sc32[i], &u, sizeof u);
+  }
+  for (i = 0; i < 64; i++) w[i] = (float)((i * 7) % 5 - 2) * 0.125f;
+  for (i = 0; i < 32; i++) kc[i] = (signed char)(i % 11 - 5), vc[i] = (signed char)(i % 7 - 3);
+  k = attnc_compile("mha x=1,S,8 heads=2 qkv_bias=false out_bias=false cache=4 kv_dtype=int8", NULL, &e);
+  if (!k) fail_msg("%s", e.message);
+  for (form = 0; form < 2; form++) { /* scales as F32, then as BF16 */
+    attnc_tensor ts[9], tl = tn(ATTNC_I64, &len, 1, (int64_t)1), out = t3(1, 1, 8, outs[form]);
+    attnc_safetensors *f;
+    attnc_bindings *b;
+    const attnc_tensor *got;
+    ts[0] = t3(1, 1, 8, x);
+    for (i = 1; i < 5; i++) ts[i] = t2(8, 8, w);
+    ts[5] = tn(ATTNC_I8, kc, 4, (int64_t)1, (int64_t)2, (int64_t)4, (int64_t)4);
+    ts[6] = tn(ATTNC_I8, vc, 4, (int64_t)1, (int64_t)2, (int64_t)4, (int64_t)4);
+    ts[7] = form ? tn(ATTNC_BF16, sc16, 3, (int64_t)1, (int64_t)2, (int64_t)4) : tn(ATTNC_F32, sc32, 3, (int64_t)1, (int64_t)2, (int64_t)4);
+    ts[8] = ts[7];
+    assert_int_equal(attnc_st_write(path, 9, names, ts, &e), ATTNC_OK);
+    f = attnc_st_open(path, &e);
+    assert_non_null(f);
+    b = attnc_bindings_new(k);
+    if (attnc_bind_safetensors(b, f, NULL, NULL, &e) != ATTNC_OK) fail_msg("scales as %s: %s", form ? "BF16" : "F32", e.message);
+    assert_int_equal(attnc_bind(b, "cache_len", &tl, &e), ATTNC_OK);
+    if (attnc_run(b, &out, &e) != ATTNC_OK) fail_msg("scales as %s: %s", form ? "BF16" : "F32", e.message);
+    got = attnc_bindings_slot(b, ATTNC_SLOT_K_CACHE_SCALE);
+    assert_non_null(got);
+    assert_int_equal(got->dtype, ATTNC_F32);
+    for (i = 0; i < 8; i++) /* row 2 of each head is new; the others as they were */
+      if ((i % 4 == 2) == (((const float *)got->data)[i] == sc32[i]))
+        fail_msg("scales as %s: k_cache_scale[%d] = %g (was %g)", form ? "BF16" : "F32", i, (double)((const float *)got->data)[i], (double)sc32[i]);
+    attnc_bindings_free(b);
+    attnc_st_close(f);
+  }
+  assert_memory_equal(outs[0], outs[1], sizeof outs[0]);
+  attnc_release(k);
+  unlink(path);
+  rmdir(dir);
+}
+
 /* ---- training: attnc_grad's side of the backward ABI ----
  * These put a stand-in backward on a kernel of their own (a name no other
  * test uses): it records what it was passed and writes slot * 1000 + i
@@ -1973,6 +2035,7 @@ int main(void)
     cmocka_unit_test(test_runtime_cache_binding_errors),
     cmocka_unit_test(test_runtime_cache_len_errors_change_nothing),
     cmocka_unit_test(test_runtime_cache_run_writes_new_rows_only),
+    cmocka_unit_test(test_runtime_cache_scales_from_a_bf16_file),
     cmocka_unit_test(test_runtime_grad_names_and_stacked_in_proj),
     cmocka_unit_test(test_runtime_grad_errors),
     cmocka_unit_test(test_runtime_grad_bias_and_in_proj),
