@@ -70,18 +70,23 @@ local function fail(pos, fmt, ...)
 end
 M.fail = fail
 
--- Levenshtein distance, for "did you mean".
+-- Edit distance for "did you mean": insertions, deletions, substitutions
+-- and swaps of two neighbouring letters (bf61 is one edit from bf16).
 local function distance(a, b)
   local la, lb = #a, #b
-  local prev, cur = {}, {}
+  local pp, prev, cur = {}, {}, {}
   for j = 0, lb do prev[j] = j end
   for i = 1, la do
     cur[0] = i
     for j = 1, lb do
-      local cost = (sbyte(a, i) == sbyte(b, j)) and 0 or 1
+      local ca, cb = sbyte(a, i), sbyte(b, j)
+      local cost = (ca == cb) and 0 or 1
       cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+      if i > 1 and j > 1 and ca == sbyte(b, j - 1) and sbyte(a, i - 1) == cb then
+        cur[j] = min(cur[j], pp[j - 2] + 1)
+      end
     end
-    prev, cur = cur, prev
+    pp, prev, cur = prev, cur, pp
   end
   return prev[lb]
 end
@@ -95,6 +100,14 @@ local function suggest(word, candidates)
     if math.abs(#word - #c) < bestd then
       local d = distance(word, c)
       if d < bestd then best, bestd = c, d end
+    end
+  end
+  if best or #word < 2 then return best end
+  -- else the one candidate the word begins (pe=sin: sinusoidal)
+  for _, c in ipairs(candidates) do
+    if ssub(c, 1, #word) == word then
+      if best then return nil end
+      best = c
     end
   end
   return best
@@ -149,11 +162,14 @@ local function parse_int(s, pos, what)
   return tonumber(s)
 end
 
+-- an example of each decimal key's values, for its errors
+local FLOAT_EXAMPLE = { scale = "0.125", rope_theta = "500000", alibi = "8", softcap = "50", dropout = "0.1" }
+
 local function parse_float(s, pos, what)
   -- decimal notation only: no hex, no inf/nan, no Lua syntax
   if not (smatch(s, "^[+-]?%d+%.?%d*[eE][+-]?%d+$") or smatch(s, "^[+-]?%d+%.?%d*$")
           or smatch(s, "^[+-]?%.%d+[eE][+-]?%d+$") or smatch(s, "^[+-]?%.%d+$")) then
-    fail(pos, "%s must be a decimal number such as 0.125, got %s", what, show(s))
+    fail(pos, "%s must be a decimal number such as %s=%s, got %s", what, what, FLOAT_EXAMPLE[what] or "0.125", show(s))
   end
   local v = tonumber(s)
   if v == nil or v ~= v or v == huge or v == -huge then
@@ -526,7 +542,7 @@ function M.parse(text)
 
   -- score modifiers (DESIGN.md "Positions and score modifiers") and the lse output
   s.softcap = get("softcap", false)
-  if s.softcap and s.softcap <= 0 then fail(pos("softcap"), "softcap must be a positive number (the cap of cap * tanh(s / cap)), got %g", s.softcap) end
+  if s.softcap and s.softcap <= 0 then fail(pos("softcap"), "softcap must be a positive number (the cap of cap * tanh(s / cap)), got %g: write e.g. softcap=50 (Gemma 2), or drop the key for no cap", s.softcap) end
   s.alibi = get("alibi", false)
   if s.alibi and s.alibi <= 0 then fail(pos("alibi"), "alibi must be a positive max_bias (alibi alone means 8), got %g", s.alibi) end
   if s.alibi and s.mode == "full" and s.global then
@@ -542,8 +558,8 @@ function M.parse(text)
   s.pe = get("pe", "none")
   if s.pe ~= "none" then
     if s.mode == "core" then fail(raw.pe.keypos, "pe does not apply in mode=core: it is added to x before the projections") end
-    if s.c_in % 2 ~= 0 then fail(raw.pe.keypos, "pe=%s needs an even width of x (sin and cos pairs), got %d", s.pe, s.c_in) end
-    if not s.self and s.c_kv % 2 ~= 0 then fail(raw.pe.keypos, "pe=%s needs an even width of kv (sin and cos pairs), got %d", s.pe, s.c_kv) end
+    if s.c_in % 2 ~= 0 then fail(raw.pe.keypos, "pe=%s needs an even width of x (sin and cos pairs), got %d: make x's last dim even, or drop pe", s.pe, s.c_in) end
+    if not s.self and s.c_kv % 2 ~= 0 then fail(raw.pe.keypos, "pe=%s needs an even width of kv (sin and cos pairs), got %d: make kv's last dim even, or drop pe", s.pe, s.c_kv) end
   end
   -- rotary embedding of q and k (before the scale)
   s.rope = get("rope", "none")
@@ -560,7 +576,7 @@ function M.parse(text)
            s.rope_dim, s.head_dim, s.rope_dim == 0 and "; to rotate nothing, leave rope out (rope=none)" or "")
     end
     s.rope_theta = get("rope_theta", 10000.0)
-    if not (s.rope_theta > 1) then fail(pos("rope_theta"), "rope_theta must be greater than 1 (the angle base), got %g", s.rope_theta) end
+    if not (s.rope_theta > 1) then fail(pos("rope_theta"), "rope_theta must be greater than 1 (the angle base), got %g: write e.g. rope_theta=10000 (the default) or 500000 (Llama 3)", s.rope_theta) end
   end
 
   M.parse_train(s, raw, pos)
@@ -590,7 +606,7 @@ function M.parse_train(s, raw, pos)
     fail(raw.dropout.keypos, "dropout needs train: it drops probabilities in training only (add train, or drop dropout)")
   end
   if not (s.dropout >= 0 and s.dropout < 1) then
-    fail(pos("dropout"), "dropout must be a probability with 0 <= p < 1, got %g", s.dropout)
+    fail(pos("dropout"), "dropout must be a probability with 0 <= p < 1, got %g: write e.g. dropout=0.1, or dropout=0 for none", s.dropout)
   end
   if not s.train then return end
   if s.weights == "int8" then

@@ -727,10 +727,12 @@ static void test_spec_key_modifiers(void **state)
   assert_false(has_key(c, "cache"));
   expect_err_named("mha x=B,S,64 heads=4 cache=none kv_dtype=int8", NULL, 1, 33, "it needs cache=CAP");
   expect_err_named("mha x=B,S,64 heads=4 softcap=0", NULL, 1, 30, "softcap must be a positive number");
+  expect_err_named("mha x=B,S,64 heads=4 softcap=0", NULL, 1, 30, "got 0: write e.g. softcap=50 (Gemma 2), or drop the key"); /* and the fix */
   expect_err_named("mha x=B,S,64 heads=4 alibi=-2", NULL, 1, 28, "alibi must be a positive max_bias");
   expect_err_named("mha x=B,S,64 heads=4 sinks empty_rows=uniform", NULL, 1, 22, "sinks with empty_rows=uniform");
   expect_err_named("alphafold x=B,S,64 heads=4 global alibi", NULL, 1, 35, "alibi does not apply to global attention");
-  expect_err_named("mha x=B,S,64 heads=4 softcap=big", NULL, 1, 30, "softcap must be a decimal number");
+  expect_err_named("mha x=B,S,64 heads=4 softcap=big", NULL, 1, 30, "softcap must be a decimal number such as softcap=50, got 'big'");
+  expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_theta=abc", NULL, 1, 43, "rope_theta must be a decimal number such as rope_theta=500000");
   /* rope: rope_dim and rope_theta only when they differ from head_dim and 10000 */
   canon("mha x=B,S,64 heads=4 rope=neox rope_dim=16 rope_theta=10000", c);
   assert_word(c, "rope=neox");
@@ -746,6 +748,7 @@ static void test_spec_key_modifiers(void **state)
   expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_dim=32", NULL, 1, 41, "at most head_dim=16");
   expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_dim=0", NULL, 1, 41, "to rotate nothing, leave rope out");
   expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_theta=1", NULL, 1, 43, "rope_theta must be greater than 1");
+  expect_err_named("mha x=B,S,64 heads=4 rope=neox rope_theta=1", NULL, 1, 43, "write e.g. rope_theta=10000 (the default)");
   expect_err_named("alphafold x=B,S,64 heads=4 global rope=neox", NULL, 1, 35, "rope does not apply to global attention");
   expect_err_named("mha x=B,S,64 heads=4 rope=yes", NULL, 1, 27, "rope must be one of neox, gptj, none");
   canon("mha x=B,S,64 heads=4 weights_out", c);
@@ -758,6 +761,7 @@ static void test_spec_key_modifiers(void **state)
   assert_false(has_key(c, "pe"));
   expect_err_named("mha mode=core q=B,4,S,16 pe=sinusoidal", NULL, 1, 26, "pe does not apply in mode=core");
   expect_err_named("mha x=B,S,63 heads=3 pe=sinusoidal", NULL, 1, 22, "pe=sinusoidal needs an even width of x");
+  expect_err_named("mha x=B,S,63 heads=3 pe=sinusoidal", NULL, 1, 22, "got 63: make x's last dim even, or drop pe");
   expect_err_named("mha x=B,S,64 kv=B,T,63 heads=4 pe=sinusoidal", NULL, 1, 32, "needs an even width of kv");
 }
 
@@ -786,6 +790,7 @@ static void test_spec_key_train(void **state)
   assert_word(c, "dropout=0.5");
   expect_err_named("mha x=B,S,64 heads=4 dropout=0.1", NULL, 1, 22, "dropout needs train");
   expect_err_named("mha x=B,S,64 heads=4 train dropout=1", NULL, 1, 36, "dropout must be a probability with 0 <= p < 1");
+  expect_err_named("mha x=B,S,64 heads=4 train dropout=1", NULL, 1, 36, "write e.g. dropout=0.1, or dropout=0 for none");
   expect_err_named("mha x=B,S,64 heads=4 train dropout=-0.5", NULL, 1, 36, "dropout must be a probability");
   /* 16-bit training: the gradients are stored in dtype, the weights held in it */
   canon("mha x=B,S,64 heads=4 train dtype=bf16 weights=bf16", c);
@@ -1208,6 +1213,15 @@ static void test_spec_error_unknown_key(void **state)
   expect_err("x=B,S,64 haeds=4", 1, 10, "unknown key 'haeds' (did you mean 'heads'?)");
   expect_err(P "kv_head=2", 1, 18, "unknown key 'kv_head' (did you mean 'kv_heads'?)");
   expect_err(P "Heads=4", 1, 18, "unknown key 'Heads' (did you mean 'heads'?)");
+  expect_err(P "dtype=bf61", 1, 24, "got 'bf61' (did you mean 'bf16'?)");       /* two letters swapped: one edit */
+  expect_err(P "pe=sin", 1, 21, "got 'sin' (did you mean 'sinusoidal'?)");      /* the one value it begins */
+  expect_err(P "dtype=f", 1, 24, "dtype must be one of f32, f64, bf16, f16, got 'f'"); /* it begins several: */
+  {
+    attnc_error err;
+    attnc_options o = { ATTNC_BACKEND_TCC, 0, NULL, ATTNC_FORM_FAST };
+    assert_null(attnc_compile(P "dtype=f", &o, &err));
+    assert_lacks(err.message, "did you mean"); /* no guess */
+  }
   expect_err(P "attn_axis=1", 1, 18, "unknown key 'attn_axis'");
   expect_err(P "zzzzzzzz=1", 1, 18, "unknown key 'zzzzzzzz'");
   {
@@ -1485,9 +1499,9 @@ static void test_spec_error_window(void **state)
 
 static void test_spec_error_scale(void **state)
 {
-  const char *dec = "scale must be a decimal number such as 0.125, got ";
+  const char *dec = "scale must be a decimal number such as scale=0.125, got ";
   (void)state;
-  expect_err(P "scale=nan", 1, 24, "scale must be a decimal number such as 0.125, got 'nan'");
+  expect_err(P "scale=nan", 1, 24, "scale must be a decimal number such as scale=0.125, got 'nan'");
   expect_err(P "scale=NaN", 1, 24, dec);
   expect_err(P "scale=inf", 1, 24, "got 'inf'");
   expect_err(P "scale=-inf", 1, 24, "got '-inf'");
