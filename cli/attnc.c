@@ -255,7 +255,8 @@ static const char *help_for(const char *cmd)
            "                      milliseconds to reach their own cores)\n"
            "  --cache-len N       cache specs (cache=CAP): N positions already filled (default 0),\n"
            "                      random cache contents, every run starting from the same N;\n"
-           "                      N + Sq must fit in CAP (e.g. --dim S=1 --dim CAP=4096).  The\n"
+           "                      N + Sq must fit in CAP.  Unset, a named length of x is 1 (one\n"
+           "                      decoding step) and a named CAP is N + Sq, at least 128.  The\n"
            "                      unmasked GFLOP/s count the pairs a run attends: N + i + 1 keys\n"
            "                      for query i\n"
            "  --grad              time forward plus backward (train is added to SPEC when\n"
@@ -1369,6 +1370,30 @@ static int bench_caches(struct cli *c, attnc_bindings *b, struct caches *cc, int
   return 0;
 }
 
+/* Is named dim `name` set by --dim (or by cli_add_dim)?  Its value. */
+static int cli_dim_set(const struct cli *c, const char *name)
+{
+  int d;
+  for (d = 0; d < c->ndims; d++)
+    if (strcmp(c->dim_names[d], name) == 0) return 1;
+  return 0;
+}
+static int64_t cli_dim_value(const struct cli *c, const char *name)
+{
+  int d;
+  for (d = 0; d < c->ndims; d++)
+    if (strcmp(c->dim_names[d], name) == 0) return c->dim_values[d];
+  return 0;
+}
+/* Set a named dim as --dim would: 0, or 1 (printed). */
+static int cli_add_dim(struct cli *c, const char *name, int64_t v)
+{
+  if (c->ndims == MAX_DIMS) return fail("too many --dim options%s", "");
+  if (!(c->dim_names[c->ndims] = strdup(name))) return fail("out of memory%s", "");
+  c->dim_values[c->ndims++] = v;
+  return 0;
+}
+
 static int cmd_bench(struct cli *c)
 {
   attnc_tensor outs[2] = { { 0 }, { 0 } }; /* lse, attn */
@@ -1412,6 +1437,18 @@ static int cmd_bench(struct cli *c)
                     "or drop --cache-len\n");
     goto done;
   }
+  if (g->has_cache) { /* unset: x's named length is one decoding step, a named CAP what that needs (at least 128) */
+    const int64_t xs = g->shape[ATTNC_SLOT_X].dim[g->axis], n = c->cache_len > 0 ? c->cache_len : 0;
+    int64_t s1 = xs > 0 ? xs : 1;
+    if (xs < 0 && !cli_dim_set(c, g->dim_names[-xs - 1]) && cli_add_dim(c, g->dim_names[-xs - 1], 1)) goto done;
+    if (xs < 0 && cli_dim_set(c, g->dim_names[-xs - 1])) s1 = cli_dim_value(c, g->dim_names[-xs - 1]);
+    if (g->cache_cap < 0 && !cli_dim_set(c, g->dim_names[-g->cache_cap - 1]) &&
+        cli_add_dim(c, g->dim_names[-g->cache_cap - 1], n + s1 > 128 ? n + s1 : 128))
+      goto done;
+    co.dim_names = c->dim_names;
+    co.dim_values = c->dim_values;
+    co.ndims = c->ndims;
+  }
   in = checker_bind_random(k, b, &co, &e);
   if (!in) { print_error(&e); goto done; }
   if (g->has_cache && bench_caches(c, b, &cc, &cache_len)) goto done;
@@ -1423,9 +1460,10 @@ static int cmd_bench(struct cli *c)
     cap = g->cache_cap > 0 ? g->cache_cap : dv[-g->cache_cap - 1];
     if (cache_len + sq > cap) {
       fprintf(stderr, "attnc: error: --cache-len %lld leaves no room for the %lld new rows: %lld + %lld > CAP = %lld; "
-                      "pass a smaller --cache-len, or set the dims (unset ones are 128), e.g. --dim S=1 --dim CAP=%lld\n",
+                      "pass --cache-len %lld or less%s%s%s\n",
               (long long)cache_len, (long long)sq, (long long)cache_len, (long long)sq, (long long)cap,
-              (long long)(cache_len + sq));
+              (long long)(cap - sq > 0 ? cap - sq : 0), g->cache_cap < 0 ? ", or --dim " : "",
+              g->cache_cap < 0 ? g->dim_names[-g->cache_cap - 1] : "", g->cache_cap < 0 ? "=N with N >= cache_len + new rows" : "");
       goto done;
     }
   }

@@ -2385,6 +2385,13 @@ static void test_cli_bench_cache(void **state)
   CLI(r, "bench", "mha x=B,S,8 heads=2 cache=CAP", "--dim", "S=2", "--dim", "CAP=16", "--cache-len", "15");
   EXPECT_FAIL(r, "N + Sq > CAP");
   EXPECT_HAS(r, r.err, "--cache-len 15 leaves no room for the 2 new rows: 15 + 2 > CAP = 16", "says why");
+  EXPECT_HAS(r, r.err, "pass --cache-len 14 or less, or --dim CAP=N", "and the fix");
+  cli_free(&r);
+  /* unset named dims: one decoding step (S = 1), and a CAP that holds it */
+  CLI(r, "bench", "mha x=B,S,8 heads=2 cache=CAP", "--dim", "B=1", "--cache-len", "300", "--runs", "2", "--warmup-ms", "0",
+      "--json");
+  EXPECT_EXIT0(r, "bench --cache-len with S and CAP unset");
+  EXPECT_HAS(r, r.out, "\"cache_len\": 300, \"cap\": 301, ", "S = 1, CAP = 301");
   cli_free(&r);
 }
 
