@@ -137,13 +137,14 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
   if (!known) {
     put(&t, "FLOPs:     depend on the named dims; pass --dim NAME=N for each\n");
   } else {
-    double proj = 0, scores, wsum, gate = 0, outp = 0, total, scratch, sq_eff;
+    double proj = 0, scores, wsum, gate = 0, outp = 0, total, scratch, sq_eff, rot = 0, rot_rows = 0, pe = 0, pe_rows = 0;
     if (g.core) {
       const attnc_shape *q = &g.shape[ATTNC_SLOT_Q], *k = &g.shape[ATTNC_SLOT_K];
       for (i = 0; i < q->rank - 3; i++) nb *= dimval(&g, q->dim[i], names, values, n);
       Sq = dimval(&g, q->dim[q->rank - (g.layout_bshc ? 3 : 2)], names, values, n);
       Sk = dimval(&g, k->dim[k->rank - (g.layout_bshc ? 3 : 2)], names, values, n);
       scratch = Sk * (double)es;
+      rot_rows = nb * (H * Sq + G * Sk); /* core mode: every row of q and k, once */
     } else {
       const attnc_shape *x = &g.shape[ATTNC_SLOT_X], *kv = g.self ? x : &g.shape[ATTNC_SLOT_KV];
       for (i = 0; i < x->rank - 1; i++) {
@@ -160,13 +161,21 @@ attnc_status attnc_explain(const char *spec, const attnc_options *opts, const ch
       if (g.gated) gate = 2 * rows_x * (double)g.c_in * H * C;
       outp = 2 * rows_out * H * C * (double)g.c_in;
       scratch = (rows_x * H * C + 2 * rows_kv * G * C + rows_out * H * C + Sk) * (double)es;
+      rot_rows = rows_x * H + rows_kv * G; /* q's heads and k's, each row once (a cache: the new rows) */
+      pe_rows = rows_x + (g.self ? 0 : rows_kv);
+      pe = rows_x * (double)g.c_in + (g.self ? 0 : rows_kv * (double)g.c_kv);
     }
+    /* RoPE: each of a row's r/2 pairs (u, w) -> (u cos - w sin, w cos + u sin), 4 multiplies and 2 adds */
+    if (g.rope) rot = 6 * (g.rope_dim / 2) * rot_rows;
     sq_eff = g.global ? 1 : Sq;
     scores = 2 * nb * H * sq_eff * Sk * C;
     wsum = scores;
-    total = proj + scores + wsum + gate + outp;
+    total = proj + rot + pe + scores + wsum + gate + outp;
     put(&t, "FLOPs (2 per multiply-add, dense: masks not subtracted; causal and window: also unmasked):\n");
+    if (g.pe) put(&t, "  positional encoding %14.0f adds (sinusoidal, %.0f rows)\n", pe, pe_rows);
     if (!g.core) put(&t, "  project q, k, v     %14.0f\n", proj);
+    if (g.rope) put(&t, "  rotate q, k (RoPE)  %14.0f (%s, %d of %d dims, %.0f rows: angles once per position)\n", rot,
+                    g.rope == 1 ? "neox" : "gptj", g.rope_dim, (int)C, rot_rows);
     put(&t, "  scores q.k          %14.0f\n", scores);
     if (g.softcap > 0) put(&t, "  softcap             %14.0f tanh (cap %g)\n", nb * H * sq_eff * Sk, g.softcap);
     if (g.alibi > 0) put(&t, "  alibi               %14.0f multiply-adds (max_bias %g)\n", nb * H * sq_eff * Sk, g.alibi);

@@ -908,6 +908,28 @@ static void test_cli_explain_dims(void **state)
   cli_free(&r);
 }
 
+/* explain counts RoPE's rotation (6 FLOPs a pair: 4 multiplies, 2 adds,
+ * r/2 pairs a row of q's heads and k's) and the sinusoidal encoding (an
+ * add per value of x and kv), and the total includes them (issue 27) */
+static void test_cli_explain_positions(void **state)
+{
+  cli_result r, plain;
+  (void)state;
+  CLI(r, "explain", "gqa x=2,S,64 heads=4 kv_heads=2 rope=gptj rope_dim=8", "--dim", "S=5");
+  EXPECT_EXIT0(r, "explain rope");
+  EXPECT_HAS(r, r.out, "rotate q, k (RoPE)", "the rotation's line");
+  assert_true(explain_number(r.out, "rotate q, k (RoPE)") == 6.0 * (8 / 2) * (2 * 5 * 4 + 2 * 5 * 2));
+  CLI(plain, "explain", "gqa x=2,S,64 heads=4 kv_heads=2", "--dim", "S=5");
+  assert_true(explain_number(r.out, "total") - explain_number(plain.out, "total") == explain_number(r.out, "rotate q, k (RoPE)"));
+  EXPECT_LACKS(plain, plain.out, "RoPE", "no rope: no line");
+  cli_free(&r);
+  CLI(r, "explain", "mha x=2,S,64 kv=2,T,32 heads=4 pe=sinusoidal", "--dim", "S=5", "--dim", "T=3");
+  EXPECT_EXIT0(r, "explain pe");
+  assert_true(explain_number(r.out, "positional encoding") == 2.0 * 5 * 64 + 2.0 * 3 * 32);
+  cli_free(&r);
+  cli_free(&plain);
+}
+
 static void test_cli_explain_bad_dim(void **state)
 {
   cli_result r;
@@ -2828,6 +2850,7 @@ int main(void)
     cmocka_unit_test(test_cli_explain),
     cmocka_unit_test(test_cli_explain_dims),
     cmocka_unit_test(test_cli_explain_unmasked),
+    cmocka_unit_test(test_cli_explain_positions),
     cmocka_unit_test(test_cli_explain_bad_dim),
     cmocka_unit_test(test_cli_check_tcc),
     cmocka_unit_test(test_cli_check_cc),
