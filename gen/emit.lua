@@ -126,15 +126,19 @@ local function summary(p)
   insert(out, sformat("%d heads of width %d, %s%s.", p.H, p.C, kind,
     (p.G ~= p.H and not p.global) and sformat(", %d kv head%s", p.G, p.G == 1 and "" or "s") or ""))
   local steps = {}
+  if p.pe then insert(steps, "add the positional encoding (" .. p.pe .. ")") end
   if not p.core then insert(steps, "project") end
   insert(steps, "split heads")
   if p.rope then insert(steps, "rotate (RoPE " .. p.rope .. ")") end
   if p.cache then insert(steps, "append k and v to the cache (" .. p.kv_dtype .. ")") end
   insert(steps, "scale")
   insert(steps, "scores")
+  if p.softcap then insert(steps, "softcap") end
   if p.has_bias then insert(steps, "bias") end
+  if p.alibi then insert(steps, "ALiBi") end
   if p.has_mask or p.causal ~= "none" or p.window then insert(steps, "mask") end
-  insert(steps, "softmax")
+  insert(steps, p.sinks and "softmax with a sink" or "softmax")
+  if p.dropout then insert(steps, "dropout") end
   insert(steps, "weighted sum")
   if not p.core then
     insert(steps, "merge heads")
