@@ -650,6 +650,11 @@ double ref_quantize_row(double *x, long c)
 {
   double mx = 0.0;
   for (long d = 0; d < c; d++)
+    if (!isfinite(x[d])) { /* no scale: the row reads back as NaN (docs/spec.md, kv_dtype=int8) */
+      for (long e = 0; e < c; e++) x[e] = NAN;
+      return NAN;
+    }
+  for (long d = 0; d < c; d++)
     if (fabs(x[d]) > mx) mx = fabs(x[d]);
   double scale = ref_round_kv(REF_KV_F32, mx / 127.0);   /* stored as F32 */
   if (!(scale > 0.0)) scale = 1.0;

@@ -98,6 +98,7 @@ double ref_round_kv(int kv_dtype, double x);
 /* One row of c values quantised as an int8 cache stores it: scale =
  * max|x| / 127 rounded to F32 (1 for an all-zero row), q =
  * round-half-to-even(x / scale) within -127..127; x becomes q * scale.
+ * A row holding a NaN or an infinity becomes all NaN, its scale NaN.
  * Returns the scale. */
 double ref_quantize_row(double *x, long c);
 /* vis[...] = 1 where query i may see key j by the mask, causal and window,

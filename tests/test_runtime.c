@@ -1514,6 +1514,72 @@ static void test_runtime_cache_run_writes_new_rows_only(void **state)
   cache_case_free(&c);
 }
 
+/* A NaN or an infinity in x reaches an int8 cache's new row: the row is
+ * stored as q = 0 with a NaN scale, so it reads back as NaN and the next
+ * step's query, whose own x is finite, gets NaN, as with an f32 cache (it
+ * was stored as a finite row, and the NaN vanished).  Batch element 1,
+ * which never sees it, stays finite; in both kernel forms. */
+static void test_runtime_cache_int8_nonfinite_row(void **state)
+{
+  static float x[2 * 1 * 8], w[64], out[2][2 * 8];
+  static signed char kc[2 * 2 * 8 * 4], vc[2 * 2 * 8 * 4];
+  static float ks[2 * 2 * 8], vs[2 * 2 * 8];
+  static const char *const names[] = { "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight" };
+  int64_t len[2] = { 3, 3 };
+  int bad, form, i;
+  (void)state;
+  for (i = 0; i < 64; i++) w[i] = (float)((i * 5 % 13) - 6) / 10.0f;
+  for (bad = 0; bad < 3; bad++) /* none, a NaN, an infinity at x[0][0][2] */
+    for (form = 0; form < 2; form++) {
+      attnc_options o = { ATTNC_BACKEND_TCC, 0, NULL, form ? ATTNC_FORM_PLAIN : ATTNC_FORM_FAST };
+      attnc_error e;
+      attnc_kernel *k = attnc_compile("mha x=B,S,8 heads=2 qkv_bias=false out_bias=false cache=8 kv_dtype=int8", &o, &e);
+      attnc_bindings *b;
+      attnc_tensor tx = t3(2, 1, 8, x), to = t3(2, 1, 8, out[form]), tl = tn(ATTNC_I64, len, 1, (int64_t)2);
+      attnc_tensor tk = tn(ATTNC_I8, kc, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4);
+      attnc_tensor tv = tn(ATTNC_I8, vc, 4, (int64_t)2, (int64_t)2, (int64_t)8, (int64_t)4);
+      attnc_tensor tks = tn(ATTNC_F32, ks, 3, (int64_t)2, (int64_t)2, (int64_t)8);
+      attnc_tensor tvs = tn(ATTNC_F32, vs, 3, (int64_t)2, (int64_t)2, (int64_t)8);
+      if (!k) fail_msg("%s", e.message);
+      for (i = 0; i < 16; i++) x[i] = (float)((i * 7 % 11) - 5) / 5.0f;
+      x[2] = bad == 1 ? NAN : bad == 2 ? INFINITY : x[2];
+      for (i = 0; i < 128; i++) kc[i] = (signed char)(i % 9 - 4), vc[i] = (signed char)(i % 5);
+      for (i = 0; i < 32; i++) ks[i] = vs[i] = 0.125f;
+      b = attnc_bindings_new(k);
+      assert_int_equal(attnc_bind(b, "x", &tx, &e), ATTNC_OK);
+      for (i = 0; i < 4; i++) {
+        attnc_tensor tw = t2(8, 8, w);
+        assert_int_equal(attnc_bind(b, names[i], &tw, &e), ATTNC_OK);
+      }
+      assert_int_equal(attnc_bind(b, "k_cache", &tk, &e), ATTNC_OK);
+      assert_int_equal(attnc_bind(b, "v_cache", &tv, &e), ATTNC_OK);
+      assert_int_equal(attnc_bind(b, "k_cache_scale", &tks, &e), ATTNC_OK);
+      assert_int_equal(attnc_bind(b, "v_cache_scale", &tvs, &e), ATTNC_OK);
+      assert_int_equal(attnc_bind(b, "cache_len", &tl, &e), ATTNC_OK);
+      if (attnc_run(b, &to, &e) != ATTNC_OK) fail_msg("%s", e.message);
+      x[2] = 0.5f; /* the next step: finite x, one position on */
+      len[0] = len[1] = 4;
+      if (attnc_run(b, &to, &e) != ATTNC_OK) fail_msg("%s", e.message);
+      len[0] = len[1] = 3;
+      for (i = 0; i < 8; i++) {
+        const int nan_out = out[form][i] != out[form][i];
+        if (nan_out != (bad != 0))
+          fail_msg("the step after x[0] with %s (form %d): out[0][%d] = %g", bad == 1 ? "a NaN" : bad ? "an infinity" : "nothing",
+                   form, i, (double)out[form][i]);
+        if (out[form][8 + i] != out[form][8 + i]) fail_msg("batch element 1 (form %d): out[1][%d] is NaN", form, i);
+      }
+      for (i = 0; i < 2; i++) { /* the new row, position 3 of each kv head of batch element 0: NaN scales, q = 0 */
+        const int at = i * 8 + 3, q0 = kc[at * 4] == 0 && kc[at * 4 + 1] == 0 && kc[at * 4 + 2] == 0 && kc[at * 4 + 3] == 0;
+        if (bad && !(ks[at] != ks[at] && vs[at] != vs[at] && q0))
+          fail_msg("form %d: the new row of head %d has scales %g, %g", form, i, (double)ks[at], (double)vs[at]);
+        if (!bad && !(ks[at] == ks[at] && ks[at] > 0)) fail_msg("form %d: a finite row's scale %g", form, (double)ks[at]);
+        if (ks[32 - 16 + at] != ks[32 - 16 + at]) fail_msg("form %d: batch element 1's scale is NaN", form);
+      }
+      attnc_bindings_free(b);
+      attnc_release(k);
+    }
+}
+
 /* An int8 cache's scales read from a file as BF16 (a file is never
  * refused for its float dtype): converted to the F32 the kernel writes in
  * place, and the run is the one with F32 scales, bit for bit, its new
@@ -2036,6 +2102,7 @@ int main(void)
     cmocka_unit_test(test_runtime_cache_len_errors_change_nothing),
     cmocka_unit_test(test_runtime_cache_run_writes_new_rows_only),
     cmocka_unit_test(test_runtime_cache_scales_from_a_bf16_file),
+    cmocka_unit_test(test_runtime_cache_int8_nonfinite_row),
     cmocka_unit_test(test_runtime_grad_names_and_stacked_in_proj),
     cmocka_unit_test(test_runtime_grad_errors),
     cmocka_unit_test(test_runtime_grad_bias_and_in_proj),
