@@ -816,6 +816,26 @@ static attnc_status check_cache_overlap(const attnc_bindings *b, attnc_error *er
   return ATTNC_OK;
 }
 
+/* rope_freqs divide the angles: each must be a finite number > 0 (a 0
+ * would make every angle of its pair infinite, and q, k and a cache's
+ * new rows NaN). */
+static attnc_status check_rope_freqs(const attnc_bindings *b, attnc_error *err)
+{
+  const attnc_tensor *t = &b->t[ATTNC_SLOT_ROPE_FREQS];
+  const double n = elems_of(t->shape, t->rank);
+  long i;
+  for (i = 0; i < (long)n; i++) {
+    double f;
+    attnc_convert((const char *)t->data + (size_t)i * attnc_dtype_size(t->dtype), t->dtype, &f, ATTNC_F64, 1);
+    if (!(f > 0 && f <= 1.7976931348623157e308))
+      return attnc_err_set(err, ATTNC_EBIND,
+                           "%s[%ld] = %g: each frequency factor divides its pair's angle (Llama 3's are 1 to 8), so it "
+                           "must be a finite number > 0; nothing was run",
+                           b->from[ATTNC_SLOT_ROPE_FREQS], i, f);
+  }
+  return ATTNC_OK;
+}
+
 attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_error *err)
 {
   const attnc_gen *g;
@@ -858,6 +878,7 @@ attnc_status attnc_output_shape(attnc_bindings *b, attnc_tensor *out, attnc_erro
     if (g->has_positions && b->from[i ? ATTNC_SLOT_K_POS : ATTNC_SLOT_Q_POS] && (s = prepare_positions(b, i, err)) != ATTNC_OK)
       return s;
   if (g->has_cache && (s = prepare_cache_len(b, err)) != ATTNC_OK) return s;
+  if (g->rope && b->from[ATTNC_SLOT_ROPE_FREQS] && (s = check_rope_freqs(b, err)) != ATTNC_OK) return s;
   if (g->has_mask) {
     if (!b->from[ATTNC_SLOT_MASK])
       return attnc_err_set(err, ATTNC_EMISSING, "missing tensor 'mask' (the spec has mask=key)");

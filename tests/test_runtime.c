@@ -1580,6 +1580,42 @@ static void test_runtime_cache_int8_nonfinite_row(void **state)
     }
 }
 
+/* rope_freqs divide the angles: a 0, a negative, a NaN or an infinite
+ * factor is an error naming the element, and nothing is run (out keeps
+ * its bits); factors from 1 to 8, as Llama 3 stores them, run. */
+static void test_runtime_rope_freqs_checked(void **state)
+{
+  static float q[2 * 3 * 8], out[2 * 3 * 8], f[4];
+  static const float bad[4] = { 0.0f, -1.0f, NAN, INFINITY };
+  attnc_error e;
+  attnc_kernel *k = attnc_compile("mha mode=core q=1,2,3,8 rope=neox", NULL, &e);
+  attnc_bindings *b;
+  attnc_tensor tq = tn(ATTNC_F32, q, 4, (int64_t)1, (int64_t)2, (int64_t)3, (int64_t)8), to = tq, tf = tn(ATTNC_F32, f, 1, (int64_t)4);
+  int i, c;
+  (void)state;
+  if (!k) fail_msg("%s", e.message);
+  for (i = 0; i < 48; i++) q[i] = (float)(i % 7) - 3.0f;
+  to.data = out;
+  b = attnc_bindings_new(k);
+  assert_int_equal(attnc_bind(b, "q", &tq, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "k", &tq, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "v", &tq, &e), ATTNC_OK);
+  assert_int_equal(attnc_bind(b, "rope_freqs", &tf, &e), ATTNC_OK);
+  for (c = 0; c < 4; c++) {
+    for (i = 0; i < 4; i++) f[i] = i == 2 ? bad[c] : 1.0f + 2.0f * (float)i;
+    for (i = 0; i < 48; i++) out[i] = 7.0f;
+    assert_int_equal(attnc_run(b, &to, &e), ATTNC_EBIND);
+    if (!strstr(e.message, "rope_freqs[2] = ") || !strstr(e.message, "must be a finite number > 0; nothing was run"))
+      fail_msg("factor %g: %s", (double)bad[c], e.message);
+    for (i = 0; i < 48; i++) assert_true(out[i] == 7.0f);
+  }
+  f[2] = 8.0f;
+  if (attnc_run(b, &to, &e) != ATTNC_OK) fail_msg("%s", e.message);
+  for (i = 0; i < 48; i++) assert_true(out[i] == out[i]);
+  attnc_bindings_free(b);
+  attnc_release(k);
+}
+
 /* An int8 cache's scales read from a file as BF16 (a file is never
  * refused for its float dtype): converted to the F32 the kernel writes in
  * place, and the run is the one with F32 scales, bit for bit, its new
@@ -2102,6 +2138,7 @@ int main(void)
     cmocka_unit_test(test_runtime_cache_len_errors_change_nothing),
     cmocka_unit_test(test_runtime_cache_run_writes_new_rows_only),
     cmocka_unit_test(test_runtime_cache_scales_from_a_bf16_file),
+    cmocka_unit_test(test_runtime_rope_freqs_checked),
     cmocka_unit_test(test_runtime_cache_int8_nonfinite_row),
     cmocka_unit_test(test_runtime_grad_names_and_stacked_in_proj),
     cmocka_unit_test(test_runtime_grad_errors),
