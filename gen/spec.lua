@@ -520,6 +520,10 @@ function M.parse(text)
     for i = 1, 3 do
       local d = b[nb + i]
       if d ~= 1 and not same_dim(d, want[i]) then
+        if s.cache and i == 3 then
+          fail(raw.bias.pos, "bias dim %d (%s) must be Sk or 1, and with a cache the keys are the CAP positions: Sk = CAP = %s",
+               nb + i, tostring(d), tostring(want[i]))
+        end
         fail(raw.bias.pos, "bias dim %d (%s) must be %s (%s) or 1", nb + i, tostring(d), what[i], tostring(want[i]))
       end
     end

@@ -1214,6 +1214,7 @@ static void test_spec_error_unknown_key(void **state)
   expect_err(P "kv_head=2", 1, 18, "unknown key 'kv_head' (did you mean 'kv_heads'?)");
   expect_err(P "Heads=4", 1, 18, "unknown key 'Heads' (did you mean 'heads'?)");
   expect_err(P "dtype=bf61", 1, 24, "got 'bf61' (did you mean 'bf16'?)");       /* two letters swapped: one edit */
+  expect_err(P "cache=64 bias=B,4,S,S", 1, 32, "bias dim 4 (S) must be Sk or 1, and with a cache the keys are the CAP positions: Sk = CAP = 64");
   expect_err(P "pe=sin", 1, 21, "got 'sin' (did you mean 'sinusoidal'?)");      /* the one value it begins */
   expect_err(P "dtype=f", 1, 24, "dtype must be one of f32, f64, bf16, f16, got 'f'"); /* it begins several: */
   {
