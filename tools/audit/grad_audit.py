@@ -571,13 +571,18 @@ def decoy_tensors(T, rng, prefix, c):
     return d
 
 
-def run_grad_case(case, runner, override, opts):
-    """Returns (records, failures): records are dicts, one per check."""
+def case_inputs(case):
+    """The case's config, spec, generator (after drawing), inputs and dout: the same for every run of it."""
     c = case.c
-    spec = O.spec_of(c)
     rng = np.random.default_rng(case.rngseed)
     T = O.make_inputs(c, rng)
     dout = rng.standard_normal(O.out_shape(c)).astype(O.np_dtype(c))
+    return c, O.spec_of(c), rng, T, dout
+
+
+def run_grad_case(case, runner, override, opts):
+    """Returns (records, failures): records are dicts, one per check."""
+    c, spec, rng, T, dout = case_inputs(case)
     ref = O.reference(c, T, dout)
     orow, grow = row_names(c)
     wdir = os.path.join(runner.workdir, case.tag.replace('/', '_'))
@@ -757,11 +762,7 @@ def run_mask_case(case, runner, override, opts):
 
 def run_p0_case(case, runner, override, opts):
     """`dropout=0` (and `dropout=0.0`) gives the same bits as no dropout, for any seed."""
-    c = case.c
-    spec = O.spec_of(c)
-    rng = np.random.default_rng(case.rngseed)
-    T = O.make_inputs(c, rng)
-    dout = rng.standard_normal(O.out_shape(c)).astype(O.np_dtype(c))
+    c, spec, rng, T, dout = case_inputs(case)
     wdir = os.path.join(runner.workdir, case.tag)
     os.makedirs(wdir, exist_ok=True)
     tf, df = os.path.join(wdir, 'tensors.st'), os.path.join(wdir, 'dout.st')
