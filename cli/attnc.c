@@ -673,23 +673,6 @@ static int cmd_explain(struct cli *c)
 
 /* ---- run ---- */
 
-/* The spec key that would read input `name`, for the unused-input error. */
-static const char *key_reading(const char *name)
-{
-  static const struct { const char *name, *key; } keys[] = {
-    { "x", "full mode (x=...)" }, { "kv", "kv=SHAPE (cross-attention)" }, { "bias", "bias=SHAPE" },
-    { "mask", "mask=key" }, { "q", "mode=core" }, { "k", "mode=core" }, { "v", "mode=core" },
-    { "sinks", "sinks" }, { "rope_freqs", "rope=neox or rope=gptj" }, { "q_pos", "rope, alibi or pe" },
-    { "k_pos", "rope, alibi or pe" }, { "k_cache", "cache=CAP" }, { "v_cache", "cache=CAP" },
-    { "cache_len", "cache=CAP" }, { "k_cache_scale", "cache=CAP with kv_dtype=int8" },
-    { "v_cache_scale", "cache=CAP with kv_dtype=int8" },
-  };
-  size_t i;
-  for (i = 0; i < sizeof keys / sizeof keys[0]; i++)
-    if (strcmp(keys[i].name, name) == 0) return keys[i].key;
-  return NULL;
-}
-
 /* Weight prefixes present in f (what precedes a weight's name), nearest
  * to `prefix` first, into buf. */
 static void prefixes_present(attnc_safetensors **files, int nfiles, const char *prefix, char *buf, size_t n)
@@ -760,7 +743,7 @@ static int bind_inputs(struct cli *c, attnc_bindings *b, attnc_safetensors **fil
         if (slot >= 0 && !attnc_slot_is_weight(slot) && !g->used[slot]) {
           fprintf(stderr, "attnc: warning: %s holds the input '%s', which this spec does not read (%s would): it is "
                           "ignored, and the result may differ from the model's (--allow-unused silences this)\n",
-                  c->files[i], name, key_reading(key) ? key_reading(key) : "another spec");
+                  c->files[i], name, attnc_input_key(key) ? attnc_input_key(key) : "another spec");
         }
       }
   }
@@ -1316,6 +1299,15 @@ static int cmp_double(const void *a, const void *b)
  * checker_bind_random sizes the rest) and cache_len = N for every batch
  * element, bound over whatever the random binding gave them.  The runs
  * never advance cache_len, so each starts from the same N.  0, or 1 (printed). */
+/* The index of named dim `name` among --dim's (and cli_add_dim's), or -1. */
+static int cli_dim(const struct cli *c, const char *name)
+{
+  int d;
+  for (d = 0; d < c->ndims; d++)
+    if (strcmp(c->dim_names[d], name) == 0) return d;
+  return -1;
+}
+
 static int bench_caches(struct cli *c, attnc_bindings *b, struct caches *cc, int64_t *len)
 {
   const attnc_gen *g = &b->k->gen;
@@ -1323,7 +1315,7 @@ static int bench_caches(struct cli *c, attnc_bindings *b, struct caches *cc, int
   const char *name;
   attnc_error e;
   attnc_tensor lt;
-  int i, a, d;
+  int i, a;
   memset(cc, 0, sizeof *cc);
   for (i = 0; (name = attnc_inplace_name(b->k, i, NULL)) != NULL; i++) {
     const int slot = attnc_bindings_lookup_name(name);
@@ -1336,10 +1328,8 @@ static int bench_caches(struct cli *c, attnc_bindings *b, struct caches *cc, int
     for (a = 0; a < t->rank; a++) {
       int64_t v = g->shape[slot].dim[a];
       if (v < 0) {
-        const char *dn = g->dim_names[-v - 1];
-        v = 128;
-        for (d = 0; d < c->ndims; d++)
-          if (strcmp(c->dim_names[d], dn) == 0) v = c->dim_values[d];
+        const int d = cli_dim(c, g->dim_names[-v - 1]);
+        v = d >= 0 ? c->dim_values[d] : 128;
       }
       t->shape[a] = v;
       n *= (size_t)v;
@@ -1370,21 +1360,6 @@ static int bench_caches(struct cli *c, attnc_bindings *b, struct caches *cc, int
   return 0;
 }
 
-/* Is named dim `name` set by --dim (or by cli_add_dim)?  Its value. */
-static int cli_dim_set(const struct cli *c, const char *name)
-{
-  int d;
-  for (d = 0; d < c->ndims; d++)
-    if (strcmp(c->dim_names[d], name) == 0) return 1;
-  return 0;
-}
-static int64_t cli_dim_value(const struct cli *c, const char *name)
-{
-  int d;
-  for (d = 0; d < c->ndims; d++)
-    if (strcmp(c->dim_names[d], name) == 0) return c->dim_values[d];
-  return 0;
-}
 /* Set a named dim as --dim would: 0, or 1 (printed). */
 static int cli_add_dim(struct cli *c, const char *name, int64_t v)
 {
@@ -1439,10 +1414,10 @@ static int cmd_bench(struct cli *c)
   }
   if (g->has_cache) { /* unset: x's named length is one decoding step, a named CAP what that needs (at least 128) */
     const int64_t xs = g->shape[ATTNC_SLOT_X].dim[g->axis], n = c->cache_len > 0 ? c->cache_len : 0;
-    int64_t s1 = xs > 0 ? xs : 1;
-    if (xs < 0 && !cli_dim_set(c, g->dim_names[-xs - 1]) && cli_add_dim(c, g->dim_names[-xs - 1], 1)) goto done;
-    if (xs < 0 && cli_dim_set(c, g->dim_names[-xs - 1])) s1 = cli_dim_value(c, g->dim_names[-xs - 1]);
-    if (g->cache_cap < 0 && !cli_dim_set(c, g->dim_names[-g->cache_cap - 1]) &&
+    const int ds = xs < 0 ? cli_dim(c, g->dim_names[-xs - 1]) : -1;
+    const int64_t s1 = xs > 0 ? xs : ds >= 0 ? c->dim_values[ds] : 1;
+    if (xs < 0 && ds < 0 && cli_add_dim(c, g->dim_names[-xs - 1], 1)) goto done;
+    if (g->cache_cap < 0 && cli_dim(c, g->dim_names[-g->cache_cap - 1]) < 0 &&
         cli_add_dim(c, g->dim_names[-g->cache_cap - 1], n + s1 > 128 ? n + s1 : 128))
       goto done;
     co.dim_names = c->dim_names;

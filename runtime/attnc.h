@@ -119,6 +119,10 @@ attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor 
  * gate weight without gated), -1 the name is none attnc knows.  For
  * callers that, like attnc_bind_safetensors, pass over what a spec does not use. */
 int attnc_uses(const attnc_kernel *k, const char *name);
+/* The spec key that makes a kernel read input `name` ("mask=key" for mask,
+ * "cache=CAP" for k_cache, ...), or NULL for a name that is no input: for
+ * saying why an input was passed over. */
+const char *attnc_input_key(const char *name);
 /* Bind every tensor of a safetensors file whose name (after prefix) the kernel uses;
  * others are ignored.  *nbound (may be NULL) gets the count. */
 attnc_status attnc_bind_safetensors(attnc_bindings *b, const attnc_safetensors *f,

@@ -329,6 +329,22 @@ int attnc_uses(const attnc_kernel *k, const char *name)
   return g->used[slot] ? 1 : 0;
 }
 
+const char *attnc_input_key(const char *name)
+{
+  static const struct { const char *name, *key; } keys[] = {
+    { "x", "full mode (x=...)" }, { "kv", "kv=SHAPE (cross-attention)" }, { "bias", "bias=SHAPE" },
+    { "mask", "mask=key" }, { "q", "mode=core" }, { "k", "mode=core" }, { "v", "mode=core" },
+    { "sinks", "sinks" }, { "rope_freqs", "rope=neox or rope=gptj" }, { "q_pos", "rope, alibi or pe" },
+    { "k_pos", "rope, alibi or pe" }, { "k_cache", "cache=CAP" }, { "v_cache", "cache=CAP" },
+    { "cache_len", "cache=CAP" }, { "k_cache_scale", "cache=CAP with kv_dtype=int8" },
+    { "v_cache_scale", "cache=CAP with kv_dtype=int8" },
+  };
+  size_t i;
+  for (i = 0; name && i < sizeof keys / sizeof keys[0]; i++)
+    if (strcmp(keys[i].name, name) == 0) return keys[i].key;
+  return NULL;
+}
+
 attnc_status attnc_bind(attnc_bindings *b, const char *name, const attnc_tensor *t, attnc_error *err)
 {
   attnc_err_clear(err);

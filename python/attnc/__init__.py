@@ -51,12 +51,6 @@ _INTEGER_INPUTS = ("mask", "q_pos", "k_pos", "cache_len")
 # as attnc_bind_safetensors binds them.
 _INPUTS = ("x", "kv", "bias", "mask", "q", "k", "v", "sinks", "rope_freqs", "q_pos", "k_pos",
            "k_cache", "v_cache", "cache_len", "k_cache_scale", "v_cache_scale")
-# The spec key that would read each input (the warning for one it does not).
-_READ_BY = {"x": "full mode (x=...)", "kv": "kv=SHAPE (cross-attention)", "bias": "bias=SHAPE", "mask": "mask=key",
-            "q": "mode=core", "k": "mode=core", "v": "mode=core", "sinks": "sinks", "rope_freqs": "rope=neox or rope=gptj",
-            "q_pos": "rope, alibi or pe", "k_pos": "rope, alibi or pe", "k_cache": "cache=CAP", "v_cache": "cache=CAP",
-            "cache_len": "cache=CAP", "k_cache_scale": "cache=CAP with kv_dtype=int8",
-            "v_cache_scale": "cache=CAP with kv_dtype=int8"}
 # The outputs besides "out" that a spec may ask for (attnc_output_info).
 _EXTRA_OUTPUTS = ("lse", "attn")
 
@@ -163,6 +157,7 @@ _bindings_new = _proto("attnc_bindings_new", _P, _P)
 _bindings_free = _proto("attnc_bindings_free", None, _P)
 _bind = _proto("attnc_bind", _I, _P, _S, _T, _E)
 _uses = _proto("attnc_uses", _I, _P, _S)
+_input_key = _proto("attnc_input_key", _S, _S)
 _bind_dim = _proto("attnc_bind_dim", _I, _P, _S, ctypes.c_int64, _E)
 _output_shape = _proto("attnc_output_shape", _I, _P, _T, _E)
 _output_info = _proto("attnc_output_info", _I, _P, _S, _T, _E)
@@ -495,9 +490,10 @@ class Kernel:
                     # DESIGN.md: tensors the spec does not use are ignored; an
                     # input it does not read, or a name attnc does not know,
                     # is said, since the result may differ from the model's
-                    if use == 0 and name in _INPUTS:
+                    reader = _input_key(name.encode()) if use == 0 else None
+                    if reader:
                         warnings.warn("attnc: ignored the input '%s': this spec does not read it (%s would), so the "
-                                      "result may differ from the model's" % (key, _READ_BY[name]), stacklevel=3)
+                                      "result may differ from the model's" % (key, reader.decode()), stacklevel=3)
                     elif use < 0 and not prefix:
                         warnings.warn("attnc: ignored '%s': no tensor attnc knows has that name (inputs: %s; weights: "
                                       "linear_q.weight, q_proj.weight, in_proj_weight, ...)" % (key, ", ".join(_INPUTS)),
